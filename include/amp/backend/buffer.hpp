@@ -1,0 +1,76 @@
+#pragma once
+// RAII backend memory. Copying is deleted (a copy of GPU memory is never an
+// accident worth allowing); buffers move. Every byte is counted by its context.
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "amp/backend/backend.hpp"
+#include "amp/core/span.hpp"
+
+namespace amp {
+
+template <class T, Backend B>
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Context<B>& ctx, std::size_t count, memory_kind kind)
+      : ctx_(&ctx), data_(static_cast<T*>(ctx.allocate(count * sizeof(T), kind))), size_(count), kind_(kind) {}
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& other) noexcept { swap(other); }
+  Buffer& operator=(Buffer&& other) noexcept {
+    Buffer(std::move(other)).swap(*this);
+    return *this;
+  }
+  ~Buffer() {
+    if (ctx_) ctx_->deallocate(data_, size_ * sizeof(T), kind_);
+  }
+
+  T* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  std::size_t bytes() const { return size_ * sizeof(T); }
+  memory_kind kind() const { return kind_; }
+  Span<T> span() const { return {data_, size_}; }
+  Context<B>& context() const { return *ctx_; }
+
+ private:
+  void swap(Buffer& o) noexcept {
+    std::swap(ctx_, o.ctx_);
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    std::swap(kind_, o.kind_);
+  }
+  Context<B>* ctx_ = nullptr;
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  memory_kind kind_ = memory_kind::workspace;
+};
+
+// Host <-> backend transfers; `download` waits for the stream, `upload` is ordered on it.
+template <class T, Backend B>
+void upload(Context<B>& ctx, Span<T> dst, const T* src, std::size_t count) {
+  AMP_REQUIRE(count <= dst.size, "upload: ", count, " elements do not fit a buffer of ", dst.size);
+  ctx.copy_to_device(dst.data, src, count * sizeof(T));
+}
+
+template <class T, Backend B>
+void upload(Context<B>& ctx, Span<T> dst, const std::vector<T>& src) {
+  upload(ctx, dst, src.data(), src.size());
+}
+
+template <class T, Backend B>
+std::vector<T> download(Context<B>& ctx, Span<const T> src) {
+  std::vector<T> out(src.size);
+  ctx.copy_to_host(out.data(), src.data, src.size * sizeof(T));
+  return out;
+}
+
+template <class T, Backend B>
+T download_one(Context<B>& ctx, const T* src) {
+  T out;
+  ctx.copy_to_host(&out, src, sizeof(T));
+  return out;
+}
+
+}  // namespace amp

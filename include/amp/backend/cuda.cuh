@@ -1,0 +1,8 @@
+#pragma once
+// The GPU backend (compile with nvcc): context, launches, CUB reductions, cuBLAS GEMM.
+#if !defined(__CUDACC__)
+#error "amp/backend/cuda.cuh needs nvcc; include amp/amp.hpp, which adds it only under nvcc"
+#endif
+#include "amp/backend/cuda/algorithm.cuh"
+#include "amp/backend/cuda/context.cuh"
+#include "amp/backend/cuda/gemm.cuh"

@@ -1,0 +1,42 @@
+#pragma once
+// GPU launches of the shared functors: a grid-stride for_each kernel and CUB's
+// transform-reduce over a counting iterator (the map takes an index), both on the context's stream, writing results to device memory.
+#include <cub/device/device_reduce.cuh>
+#include <thrust/iterator/counting_iterator.h>
+
+#include "amp/backend/cuda/context.cuh"
+
+namespace amp {
+
+namespace detail {
+template <class F>
+__global__ void for_each_kernel(std::size_t n, F f) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    f(i);
+}
+}  // namespace detail
+
+template <class F>
+void for_each(Context<cuda>& ctx, std::size_t n, F f) {
+  if (n == 0) return;
+  constexpr unsigned threads = 256;
+  const std::size_t wanted = (n + threads - 1) / threads;
+  const std::size_t cap = static_cast<std::size_t>(ctx.multiprocessors()) * 16;
+  const auto blocks = static_cast<unsigned>(wanted < cap ? wanted : cap);
+  detail::for_each_kernel<<<blocks, threads, 0, ctx.stream()>>>(n, f);
+  AMP_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T, class Map, class Combine>
+void transform_reduce(Context<cuda>& ctx, std::size_t n, Map map, Combine combine, T init, T* out) {
+  thrust::counting_iterator<std::size_t> first(0);
+  std::size_t temp_bytes = 0;
+  AMP_CUDA_CHECK(cub::DeviceReduce::TransformReduce(nullptr, temp_bytes, first, out, n, combine, map, init,
+                                                    ctx.stream()));
+  void* temp = ctx.scratch<std::byte>(scratch_slot::reduction, temp_bytes);
+  AMP_CUDA_CHECK(
+      cub::DeviceReduce::TransformReduce(temp, temp_bytes, first, out, n, combine, map, init, ctx.stream()));
+}
+
+}  // namespace amp

@@ -1,0 +1,118 @@
+#pragma once
+// The GPU backend's context: device, stream, cuBLAS(Lt) handles and workspace.
+// All work of a context is ordered on its one stream; nothing here synchronises
+// except the explicit download and synchronize calls.
+#include <string>
+
+#include "amp/backend/backend.hpp"
+#include "amp/backend/capability.hpp"
+#include "amp/backend/cuda/error.cuh"
+
+namespace amp {
+
+// Number of usable CUDA devices; 0 where there is no GPU or no driver.
+inline int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky error for later calls
+    return 0;
+  }
+  return n;
+}
+
+// Why no GPU work can run here, or "" when it can.
+inline std::string cuda_unavailable_reason() {
+  int n = 0;
+  const cudaError_t status = cudaGetDeviceCount(&n);
+  if (status != cudaSuccess) {
+    (void)cudaGetLastError();
+    return detail::concat("no usable CUDA device (cudaGetDeviceCount: ", cudaGetErrorName(status), ": ",
+                          cudaGetErrorString(status), ")");
+  }
+  return n == 0 ? "no CUDA device present" : "";
+}
+
+template <>
+class Context<cuda> : public ContextBase<Context<cuda>> {
+ public:
+  static constexpr std::size_t cublas_workspace_bytes = 32u << 20;  // what cuBLAS asks for on Hopper
+
+  explicit Context(int device = 0) : device_(device) {
+    const int count = cuda_device_count();
+    AMP_REQUIRE(device >= 0 && device < count, "amp::Context<cuda>: device ", device, " requested but ",
+                count == 0 ? cuda_unavailable_reason() : detail::concat(count, " device(s) present"));
+    AMP_CUDA_CHECK(cudaSetDevice(device));
+    cudaDeviceProp prop{};
+    AMP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    capability_ = {prop.name, prop.major, prop.minor};
+    multiprocessors_ = prop.multiProcessorCount;
+    AMP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    AMP_CUBLAS_CHECK(cublasCreate(&cublas_));
+    AMP_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    AMP_CUBLAS_CHECK(cublasLtCreate(&cublaslt_));
+    workspace_ = allocate(cublas_workspace_bytes, memory_kind::workspace);
+    AMP_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_, cublas_workspace_bytes));
+  }
+
+  // Checks that this GPU can run policy P (fp16: 7.0+, bf16: 8.0+); layers and
+  // optimizers call it, so an unsupported GPU fails at model build, not mid-run.
+  template <Policy P>
+  Context(int device, P) : Context(device) {
+    require<P>();
+  }
+
+  ~Context() {
+    cudaStreamSynchronize(stream_);
+    release_scratch();
+    deallocate(workspace_, cublas_workspace_bytes, memory_kind::workspace);
+    cublasLtDestroy(cublaslt_);
+    cublasDestroy(cublas_);
+    cudaStreamDestroy(stream_);
+  }
+
+  template <Policy P>
+  void require() const {
+    require_support<P>(capability_);
+  }
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  cublasLtHandle_t cublaslt() const { return cublaslt_; }
+  const DeviceCapability& capability() const { return capability_; }
+  const std::string& device_name() const { return capability_.name; }
+  int multiprocessors() const { return multiprocessors_; }
+
+  void synchronize() { AMP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  void copy_to_device(void* dst, const void* src, std::size_t bytes) {
+    AMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  void copy_to_host(void* dst, const void* src, std::size_t bytes) {
+    AMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    synchronize();
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) {
+    AMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+
+ private:
+  friend class ContextBase<Context<cuda>>;
+
+  void* raw_allocate(std::size_t bytes) {
+    void* p = nullptr;
+    AMP_CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
+  }
+  void raw_free(void* p) { cudaFree(p); }
+
+  int device_ = 0;
+  DeviceCapability capability_;
+  int multiprocessors_ = 1;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  cublasLtHandle_t cublaslt_ = nullptr;
+  void* workspace_ = nullptr;
+};
+
+}  // namespace amp

@@ -1,0 +1,52 @@
+#pragma once
+// The host twins of the CUDA launches: the same functor, run in an OpenMP loop.
+#include <cstddef>
+#include <cstdint>
+
+#include "amp/backend/host/context.hpp"
+
+namespace amp {
+
+namespace detail {
+// Below this many items a parallel region costs more than it saves.
+inline constexpr std::int64_t host_parallel_threshold = 1 << 14;
+// Reductions combine fixed chunks in a fixed order: the same bits for any thread count.
+inline constexpr std::size_t host_reduce_chunk = 4096;
+}  // namespace detail
+
+// f(i) for every i in [0, n).
+template <class F>
+void for_each(Context<host>& ctx, std::size_t n, F f) {
+  const auto count = static_cast<std::int64_t>(n);
+#pragma omp parallel for num_threads(ctx.threads()) schedule(static) if (count >= detail::host_parallel_threshold)
+  for (std::int64_t i = 0; i < count; ++i) f(static_cast<std::size_t>(i));
+}
+
+// *out = combine(... combine(init, map(0)) ..., map(n-1)), written to `out`
+// (host memory here, device memory on the CUDA twin) so no caller has to sync.
+template <class T, class Map, class Combine>
+void transform_reduce(Context<host>& ctx, std::size_t n, Map map, Combine combine, T init, T* out) {
+  const std::size_t chunk = detail::host_reduce_chunk;
+  const std::size_t chunks = (n + chunk - 1) / chunk;
+  if (chunks <= 1) {
+    T acc = init;
+    for (std::size_t i = 0; i < n; ++i) acc = combine(acc, map(i));
+    *out = acc;
+    return;
+  }
+  T* partial = ctx.scratch<T>(scratch_slot::partials, chunks);
+  const auto count = static_cast<std::int64_t>(chunks);
+#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+  for (std::int64_t c = 0; c < count; ++c) {
+    const std::size_t begin = static_cast<std::size_t>(c) * chunk;
+    const std::size_t end = begin + chunk < n ? begin + chunk : n;
+    T acc = init;
+    for (std::size_t i = begin; i < end; ++i) acc = combine(acc, map(i));
+    partial[c] = acc;
+  }
+  T acc = init;
+  for (std::size_t c = 0; c < chunks; ++c) acc = combine(acc, partial[c]);
+  *out = acc;
+}
+
+}  // namespace amp

@@ -1,0 +1,63 @@
+#pragma once
+// Host GEMM on a real CBLAS. Low-precision operands are widened to fp32 (exact)
+// and multiplied with fp32 accumulation: the numerical contract of the GPU path.
+#include <type_traits>
+
+#include <cblas.h>
+
+#include "amp/backend/gemm.hpp"
+#include "amp/backend/host/algorithm.hpp"
+#include "amp/core/numeric.hpp"
+
+namespace amp {
+
+namespace detail {
+// Contiguous fp32 copy of a (possibly strided) matrix in a scratch slot.
+template <class T>
+Matrix<const float> widen(Context<host>& ctx, Matrix<const T> x, scratch_slot slot) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    float* out = ctx.scratch<float>(slot, static_cast<std::size_t>(x.rows * x.cols));
+    const std::int64_t cols = x.cols;
+    for_each(ctx, static_cast<std::size_t>(x.rows * x.cols), [=](std::size_t i) {
+      const auto r = static_cast<std::int64_t>(i) / cols;
+      out[i] = cast<float>(x.data[r * x.ld + static_cast<std::int64_t>(i) % cols]);
+    });
+    return {out, x.rows, x.cols, x.cols};
+  }
+}
+
+inline CBLAS_TRANSPOSE cblas_op(transpose t) { return t == transpose::yes ? CblasTrans : CblasNoTrans; }
+}  // namespace detail
+
+template <class Acc = float, class TA, class TB, class TC>
+void gemm(Context<host>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB> b, transpose tb, Matrix<TC> c,
+          float alpha = 1.0f, float beta = 0.0f) {
+  static_assert(std::is_same_v<Acc, float>, "host gemm accumulates in fp32");
+  const GemmDims d = gemm_dims(a, ta, b, tb, c);
+  if (d.m == 0 || d.n == 0) return;
+  const Matrix<const float> wa = detail::widen(ctx, a, scratch_slot::gemm_a);
+  const Matrix<const float> wb = detail::widen(ctx, b, scratch_slot::gemm_b);
+  if constexpr (std::is_same_v<TC, float>) {
+    cblas_sgemm(CblasRowMajor, detail::cblas_op(ta), detail::cblas_op(tb), static_cast<int>(d.m),
+                static_cast<int>(d.n), static_cast<int>(d.k), alpha, wa.data, static_cast<int>(wa.ld), wb.data,
+                static_cast<int>(wb.ld), beta, c.data, static_cast<int>(c.ld));
+  } else {
+    // fp32 result first, then one rounding into C (beta reads the old C in fp32).
+    const Matrix<float> wc{ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(d.m * d.n)), d.m, d.n,
+                           d.n};
+    cblas_sgemm(CblasRowMajor, detail::cblas_op(ta), detail::cblas_op(tb), static_cast<int>(d.m),
+                static_cast<int>(d.n), static_cast<int>(d.k), alpha, wa.data, static_cast<int>(wa.ld), wb.data,
+                static_cast<int>(wb.ld), 0.0f, wc.data, static_cast<int>(wc.ld));
+    const std::int64_t n = d.n;
+    for_each(ctx, static_cast<std::size_t>(d.m * d.n), [=](std::size_t i) {
+      const auto r = static_cast<std::int64_t>(i) / n, col = static_cast<std::int64_t>(i) % n;
+      TC& out = c.data[r * c.ld + col];
+      const float prior = beta == 0.0f ? 0.0f : beta * cast<float>(out);
+      out = cast<TC>(wc.data[i] + prior);
+    });
+  }
+}
+
+}  // namespace amp

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian machine lacks to build amp (apt, as root or via sudo),
+# and stops with a clear message when the CUDA toolkit (nvcc) is missing.
+set -euo pipefail
+
+need_pkgs=()
+have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+for pkg in cmake g++ make doctest-dev libopenblas-dev zlib1g-dev "$@"; do
+  have "$pkg" || need_pkgs+=("$pkg")
+done
+if ((${#need_pkgs[@]})); then
+  echo "setup: installing with apt-get: ${need_pkgs[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+if ! command -v nvcc >/dev/null 2>&1; then
+  if [ -x /usr/local/cuda/bin/nvcc ]; then
+    echo "setup: nvcc is not on PATH; add it with: export PATH=/usr/local/cuda/bin:\$PATH" >&2
+  else
+    echo "setup: the CUDA toolkit (nvcc, cuBLAS, CCCL) is missing. Install CUDA Toolkit 12.4+ from NVIDIA" \
+         "(package cuda-toolkit) so that /usr/local/cuda/bin/nvcc exists; no GPU is needed to build." >&2
+  fi
+  exit 1
+fi

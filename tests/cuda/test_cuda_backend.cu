@@ -1,0 +1,146 @@
+// CUDA twins of the backend tests: the same cases on the GPU, checked against
+// the host backend and the FP64 reference. Without a GPU each case skips.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "amp/amp.hpp"
+#include "support/gemm_cases.hpp"
+#include "support/gpu.cuh"
+#include "support/reduce_cases.hpp"
+#include "support/reference.hpp"
+
+using namespace amp;
+using namespace amp::test;
+
+namespace {
+template <class T>
+struct DeviceCopy {
+  Buffer<T, amp::cuda> buf;
+  DeviceCopy(Context<amp::cuda>& ctx, const std::vector<T>& v) : buf(ctx, v.size(), memory_kind::workspace) {
+    upload(ctx, buf.span(), v);
+  }
+};
+
+struct CastBoth {
+  const float* in;
+  std::uint16_t* h;
+  std::uint16_t* b;
+  float* back;
+  __host__ __device__ void operator()(std::size_t i) const {
+    h[i] = detail::bits(cast<half>(in[i]));
+    b[i] = detail::bits(cast<amp::bfloat16>(in[i]));
+    back[i] = cast<float>(detail::half_from_bits(static_cast<std::uint16_t>(i & 0xffffu)));
+  }
+};
+}  // namespace
+
+TEST_CASE("cuda: casts give the same bits on device and host") {
+  AMP_REQUIRE_GPU();
+  Context<amp::cuda> ctx;
+  auto in = random_values<float>(1 << 16, 3, -70000.0f, 70000.0f);
+  for (std::size_t i = 0; i < in.size(); i += 5) in[i] = detail::bits_float((detail::float_bits(in[i]) & ~0x1fffu) | 0x1000u);
+  in[1] = std::numeric_limits<float>::infinity();
+  in[2] = 0x1p-25f;
+  DeviceCopy<float> din(ctx, in);
+  Buffer<std::uint16_t, amp::cuda> h(ctx, in.size(), memory_kind::workspace), b(ctx, in.size(), memory_kind::workspace);
+  Buffer<float, amp::cuda> back(ctx, in.size(), memory_kind::workspace);
+  for_each(ctx, in.size(), CastBoth{din.buf.data(), h.data(), b.data(), back.data()});
+  const auto hd = download(ctx, Span<const std::uint16_t>(h.span()));
+  const auto bd = download(ctx, Span<const std::uint16_t>(b.span()));
+  const auto fd = download(ctx, Span<const float>(back.span()));
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    REQUIRE(hd[i] == detail::bits(cast<half>(in[i])));
+    REQUIRE(bd[i] == detail::bits(cast<amp::bfloat16>(in[i])));
+    const float host_back = cast<float>(detail::half_from_bits(static_cast<std::uint16_t>(i & 0xffffu)));
+    if (!std::isnan(host_back)) REQUIRE(detail::float_bits(fd[i]) == detail::float_bits(host_back));
+  }
+}
+
+TEST_CASE_TEMPLATE("cuda: gemm matches the FP64 reference and the host backend", T, GemmFp32, GemmFp16,
+                   GemmFp16ToFp32, GemmBf16, GemmBf16ToFp32) {
+  AMP_REQUIRE_GPU();
+  using In = typename T::input;
+  using Out = typename T::output;
+  Context<amp::cuda> ctx;
+  Context<host> hctx;
+  std::uint32_t seed = 100;
+  for (const GemmCase& g : gemm_cases) {
+    CAPTURE(g.m);
+    CAPTURE(g.n);
+    CAPTURE(g.k);
+    const auto a = random_values<In>(static_cast<std::size_t>(g.m * g.k), seed++);
+    const auto b = random_values<In>(static_cast<std::size_t>(g.k * g.n), seed++);
+    auto c = random_values<Out>(static_cast<std::size_t>(g.m * g.n), seed++);
+    std::vector<double> ref = to_double(c);
+    reference_gemm(to_double(a), g.ta, to_double(b), g.tb, ref, g.m, g.n, g.k, g.alpha, g.beta);
+    DeviceCopy<In> da(ctx, a), db(ctx, b);
+    DeviceCopy<Out> dc(ctx, c);
+    const std::int64_t ar = g.ta ? g.k : g.m, ac = g.ta ? g.m : g.k, br = g.tb ? g.n : g.k, bc = g.tb ? g.k : g.n;
+    const auto ta = g.ta ? transpose::yes : transpose::no, tb = g.tb ? transpose::yes : transpose::no;
+    gemm(ctx, Matrix<const In>{da.buf.data(), ar, ac, ac}, ta, Matrix<const In>{db.buf.data(), br, bc, bc}, tb,
+         matrix(dc.buf.data(), g.m, g.n), g.alpha, g.beta);
+    const auto got = to_double(download(ctx, Span<const Out>(dc.buf.span())));
+    const double scale = g.alpha * static_cast<double>(g.k) + std::abs(g.beta);
+    CHECK(worst_error_ratio(got, ref, 0.0, gemm_rtol<Out>(g.k) * scale) <= 1.0);
+
+    gemm(hctx, Matrix<const In>{a.data(), ar, ac, ac}, ta, Matrix<const In>{b.data(), br, bc, bc}, tb,
+         matrix(c.data(), g.m, g.n), g.alpha, g.beta);
+    CHECK(worst_error_ratio(got, to_double(c), 0.0, 2 * gemm_rtol<Out>(g.k) * scale) <= 1.0);
+  }
+}
+
+namespace {
+struct AddIndex {
+  int* out;
+  __host__ __device__ void operator()(std::size_t i) const { out[i] += static_cast<int>(i % 7) + 1; }
+};
+}  // namespace
+
+TEST_CASE("cuda: for_each and transform_reduce match the host twins") {
+  AMP_REQUIRE_GPU();
+  Context<amp::cuda> ctx;
+  Context<host> hctx;
+  Buffer<int, amp::cuda> hits(ctx, 1000003, memory_kind::workspace);
+  upload(ctx, hits.span(), std::vector<int>(hits.size(), 0));
+  for_each(ctx, hits.size(), AddIndex{hits.data()});
+  const auto got = download(ctx, Span<const int>(hits.span()));
+  for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == static_cast<int>(i % 7) + 1);
+
+  for (const std::size_t n : {std::size_t{1}, std::size_t{4095}, std::size_t{1000001}}) {
+    auto x = random_values<half>(n, 9, -3.0f, 3.0f);
+    if (n > 10) x[n / 3] = cast<half>(std::numeric_limits<float>::quiet_NaN());
+    DeviceCopy<half> dx(ctx, x);
+    Buffer<Stats, amp::cuda> out(ctx, 1, memory_kind::workspace);
+    transform_reduce(ctx, n, StatsOf<half>{dx.buf.data()}, CombineStats{}, Stats{}, out.data());
+    const Stats d = download_one(ctx, static_cast<const Stats*>(out.data()));
+    Stats h{};
+    transform_reduce(hctx, n, StatsOf<half>{x.data()}, CombineStats{}, Stats{}, &h);
+    CHECK(d.nonfinite == h.nonfinite);
+    CHECK(d.maxabs == h.maxabs);
+    CHECK(d.sumsq == doctest::Approx(h.sumsq).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("cuda: context accounts memory and checks the policy against the GPU") {
+  AMP_REQUIRE_GPU();
+  Context<amp::cuda> ctx;
+  const auto before = ctx.memory().current(memory_kind::weights);
+  {
+    Buffer<half, amp::cuda> w(ctx, 1 << 20, memory_kind::weights);
+    CHECK(ctx.memory().current(memory_kind::weights) == before + (2u << 20));
+  }
+  CHECK(ctx.memory().current(memory_kind::weights) == before);
+  CHECK(ctx.memory().current(memory_kind::workspace) >= Context<amp::cuda>::cublas_workspace_bytes);
+  const auto& cap = ctx.capability();
+  MESSAGE("GPU: ", cap.name, " (compute capability ", cap.major, ".", cap.minor, ")");
+  if (cap.major >= 8) {
+    CHECK_NOTHROW(ctx.require<O2BF16Policy>());
+    CHECK_NOTHROW(Context<amp::cuda>(0, O2Policy{}));
+  } else if (cap.major < 7) {
+    CHECK_THROWS_AS(ctx.require<O2Policy>(), Error);
+  }
+  CHECK_THROWS_WITH_AS(Context<amp::cuda>{cuda_device_count()}, doctest::Contains("device(s) present"), Error);
+}
