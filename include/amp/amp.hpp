@@ -1,6 +1,7 @@
 #pragma once
 // amp: automatic mixed-precision training, resolved at compile time.
 // Include this one header; the CUDA backend comes along when compiled by nvcc.
+#include "amp/backend/algorithm.hpp"
 #include "amp/backend/arena.hpp"
 #include "amp/backend/host.hpp"
 #include "amp/policy.hpp"
@@ -8,3 +9,12 @@
 #if defined(__CUDACC__)
 #include "amp/backend/cuda.cuh"
 #endif
+#include "amp/nn/activation.hpp"
+#include "amp/nn/linear.hpp"
+#include "amp/nn/loss.hpp"
+#include "amp/nn/sequential.hpp"
+#include "amp/optim/adam.hpp"
+#include "amp/optim/schedule.hpp"
+#include "amp/optim/sgd.hpp"
+#include "amp/scaling/loss_scaler.hpp"
+#include "amp/train.hpp"

@@ -6,3 +6,4 @@
 #include "amp/backend/cuda/algorithm.cuh"
 #include "amp/backend/cuda/context.cuh"
 #include "amp/backend/cuda/gemm.cuh"
+#include "amp/backend/cuda/mirror.cuh"

@@ -3,3 +3,4 @@
 #include "amp/backend/host/algorithm.hpp"
 #include "amp/backend/host/context.hpp"
 #include "amp/backend/host/gemm.hpp"
+#include "amp/backend/host/mirror.hpp"

@@ -15,6 +15,7 @@ concept adds_const = std::is_same_v<const From, To> && !std::is_same_v<From, To>
 
 template <class T>
 struct Span {
+  using value_type = T;
   T* data = nullptr;
   std::size_t size = 0;
 

@@ -1,0 +1,51 @@
+#pragma once
+// The opt levels the examples run, by their command-line names, and the device choice.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <amp/amp.hpp>
+
+namespace examples {
+
+inline const std::vector<std::string> all_levels = {"O0", "O1", "O2", "O3", "O1-bf16", "O2-bf16"};
+
+// Calls fn.template operator()<Policy>() for the policy named `level`.
+template <class Fn>
+void with_policy(const std::string& level, Fn&& fn) {
+  if (level == "O0") fn.template operator()<amp::O0Policy>();
+  else if (level == "O1") fn.template operator()<amp::O1Policy>();
+  else if (level == "O2") fn.template operator()<amp::O2Policy>();
+  else if (level == "O3") fn.template operator()<amp::O3Policy>();
+  else if (level == "O1-bf16") fn.template operator()<amp::O1BF16Policy>();
+  else if (level == "O2-bf16") fn.template operator()<amp::O2BF16Policy>();
+  else amp::fail("unknown --opt-level '", level, "' (expected O0|O1|O2|O3|O1-bf16|O2-bf16|all)");
+}
+
+inline std::vector<std::string> parse_levels(const std::string& arg) {
+  if (arg == "all") return all_levels;
+  for (const auto& level : all_levels)
+    if (level == arg) return {arg};
+  amp::fail("unknown --opt-level '", arg, "' (expected O0|O1|O2|O3|O1-bf16|O2-bf16|all)");
+}
+
+// "auto": the GPU when one is usable, else the CPU.
+inline bool use_gpu(const std::string& device) {
+  if (device == "cpu") return false;
+  const std::string reason = amp::cuda_unavailable_reason();
+  if (device == "cuda") {
+    AMP_REQUIRE(reason.empty(), "--device cuda: ", reason);
+    return true;
+  }
+  AMP_REQUIRE(device == "auto", "unknown --device '", device, "' (expected auto|cpu|cuda)");
+  return reason.empty();
+}
+
+// "cpu (N threads)" or the GPU's name, for tables and JSON.
+template <amp::Backend B>
+std::string device_label(amp::Context<B>& ctx) {
+  if constexpr (std::is_same_v<B, amp::host>) return "cpu (" + std::to_string(ctx.threads()) + " threads)";
+  else return ctx.device_name();
+}
+
+}  // namespace examples

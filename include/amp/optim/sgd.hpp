@@ -1,0 +1,50 @@
+#pragma once
+// SGD with momentum, dampening, Nesterov and (L2) weight decay, as torch.optim.SGD.
+#include "amp/optim/optimizer.hpp"
+
+namespace amp::optim {
+
+struct SGDOptions {
+  float lr = 1e-3f;
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  bool nesterov = false;
+  float weight_decay = 0.0f;
+  float max_grad_norm = 0.0f;
+  int accumulation_steps = 1;
+};
+
+struct SGDRule {
+  static constexpr int state_buffers = 1;  // momentum
+  float momentum, dampening, weight_decay;
+  bool nesterov;
+
+  AMP_HOST_DEVICE float beta1_or_one() const { return 1.0f; }
+  AMP_HOST_DEVICE float beta2_or_one() const { return 1.0f; }
+  AMP_HOST_DEVICE float update(float w, float g, float* buf, float*, const OptimizerState& s, float lr) const {
+    g += weight_decay * w;
+    if (momentum != 0.0f) {
+      const float b = s.t == 0 ? g : momentum * *buf + (1.0f - dampening) * g;
+      *buf = b;
+      g = nesterov ? g + momentum * b : b;
+    }
+    return w - lr * g;
+  }
+};
+
+template <Policy P, Backend B>
+class SGD : public FusedOptimizer<P, B, SGDRule> {
+ public:
+  SGD(nn::Parameters<P, B>& params, SGDOptions o, ScalerConfig scaler = default_scaler_config<P>())
+      : FusedOptimizer<P, B, SGDRule>(params, rule(o), o.lr, {o.max_grad_norm, o.accumulation_steps}, scaler) {}
+
+ private:
+  static SGDRule rule(const SGDOptions& o) {
+    AMP_REQUIRE(o.momentum >= 0 && o.weight_decay >= 0, "SGD: momentum and weight_decay must be >= 0");
+    AMP_REQUIRE(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
+                "SGD: nesterov needs momentum > 0 and dampening 0");
+    return {o.momentum, o.dampening, o.weight_decay, o.nesterov};
+  }
+};
+
+}  // namespace amp::optim

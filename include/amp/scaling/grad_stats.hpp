@@ -1,0 +1,49 @@
+#pragma once
+// The overflow check: one reduction over the flat gradient arena yields, in a
+// single read, whether any gradient is inf/NaN, their sum of squares (global
+// norm for clipping) and the largest |g| (for diagnostics).
+#include <cmath>
+#include <cstddef>
+
+#include "amp/core/numeric.hpp"
+#include "amp/core/span.hpp"
+
+namespace amp {
+
+struct GradStats {
+  float sumsq = 0.0f;
+  float maxabs = 0.0f;
+  int nonfinite = 0;
+};
+
+// Skip the step: a non-finite gradient, or a norm too large for fp32.
+AMP_HOST_DEVICE inline bool overflowed(const GradStats& s) { return s.nonfinite != 0 || !is_finite(s.sumsq); }
+
+namespace detail {
+template <class G>
+struct GradStatsOf {
+  const G* g;
+  AMP_HOST_DEVICE GradStats operator()(std::size_t i) const {
+    // Branch-free, so the host loop vectorises.
+    const float v = cast<float>(g[i]);
+    const bool finite = is_finite(v);
+    const float a = finite ? fabsf(v) : 0.0f;
+    return {a * a, a, finite ? 0 : 1};
+  }
+};
+
+struct CombineGradStats {
+  AMP_HOST_DEVICE GradStats operator()(const GradStats& a, const GradStats& b) const {
+    return {a.sumsq + b.sumsq, fmaxf(a.maxabs, b.maxabs), a.nonfinite + b.nonfinite};
+  }
+};
+}  // namespace detail
+
+// Writes the statistics of `grads` to `out` (backend memory); no host sync.
+template <class Ctx, class G>
+void grad_stats(Ctx& ctx, Span<const G> grads, GradStats* out) {
+  transform_reduce(ctx, grads.size, detail::GradStatsOf<G>{grads.data}, detail::CombineGradStats{}, GradStats{},
+                   out);
+}
+
+}  // namespace amp
