@@ -80,6 +80,7 @@ class Parameters {
       if (cache_version_ != version_) {
         convert(*ctx_, Span<const param_type>(weights()), cache);
         cache_version_ = version_;
+        ++cache_refreshes_;
       }
       return cache.subspan(s.offset, s.count);
     } else {
@@ -97,8 +98,9 @@ class Parameters {
 
   // The optimizer (or a load) changed the weights: stale cast cache.
   void mark_updated() { ++version_; }
-  // How many times the cast cache was rebuilt is version-driven; exposed for tests.
   std::uint64_t version() const { return version_; }
+  // How often O1's cast cache was rebuilt: once per step however many forwards.
+  std::uint64_t cast_cache_refreshes() const { return cache_refreshes_; }
 
  private:
   template <class T>
@@ -117,6 +119,7 @@ class Parameters {
   Arena<B> weights_, grads_, master_, cast_cache_;
   std::uint64_t version_ = 1;
   std::uint64_t cache_version_ = 0;
+  std::uint64_t cache_refreshes_ = 0;
 };
 
 }  // namespace amp::nn
