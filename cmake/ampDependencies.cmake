@@ -5,6 +5,7 @@ include(CMakeFindDependencyMacro)
 find_dependency(CUDAToolkit)
 find_dependency(CCCL CONFIG HINTS "${CUDAToolkit_LIBRARY_DIR}/cmake")
 find_dependency(OpenMP COMPONENTS CXX)
+find_dependency(ZLIB)
 
 # The host GEMM's CBLAS: OpenBLAS (default, measured faster here) or BLIS.
 set(AMP_HOST_BLAS "${AMP_HOST_BLAS}" CACHE STRING "CBLAS of the host backend: OpenBLAS or BLIS")

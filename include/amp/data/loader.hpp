@@ -1,0 +1,92 @@
+#pragma once
+// A seeded, shuffling mini-batch loader over images held in host memory. Each
+// batch is normalised into a pinned-size host buffer and uploaded into backend
+// buffers planned for the batch size, so iterating allocates nothing. The last
+// partial batch is kept (a smaller batch, not dropped or padded).
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "amp/backend/buffer.hpp"
+#include "amp/core/numeric.hpp"
+#include "amp/data/idx.hpp"
+
+namespace amp::data {
+
+template <Scalar T, Backend B>
+class Loader {
+ public:
+  struct Options {
+    std::int64_t batch_size = 128;
+    bool shuffle = true;
+    std::uint64_t seed = 0;
+    float mean = 0.0f;  // normalisation of pixel / 255
+    float stddev = 1.0f;
+  };
+
+  Loader(Context<B>& ctx, const LabelledImages& set, Options opt)
+      : ctx_(&ctx),
+        set_(&set),
+        opt_(opt),
+        features_(set.rows * set.cols),
+        order_(static_cast<std::size_t>(set.count)),
+        host_x_(static_cast<std::size_t>(opt.batch_size * features_)),
+        host_y_(static_cast<std::size_t>(opt.batch_size)),
+        x_(ctx, host_x_.size(), memory_kind::activations),
+        y_(ctx, host_y_.size(), memory_kind::activations),
+        gen_(opt.seed) {
+    AMP_REQUIRE(opt.batch_size > 0, "Loader: batch_size must be positive, got ", opt.batch_size);
+    AMP_REQUIRE(opt.stddev > 0, "Loader: stddev must be positive");
+    std::iota(order_.begin(), order_.end(), 0);
+  }
+
+  std::int64_t batches() const { return (set_->count + opt_.batch_size - 1) / opt_.batch_size; }
+  std::int64_t features() const { return features_; }
+  std::int64_t size() const { return set_->count; }
+
+  // Starts an epoch: a new permutation when shuffling.
+  void start_epoch() {
+    if (opt_.shuffle) std::shuffle(order_.begin(), order_.end(), gen_);
+  }
+
+  struct Batch {
+    Matrix<const T> x;
+    Span<const std::int32_t> labels;
+  };
+
+  Batch batch(std::int64_t b) {
+    const std::int64_t begin = b * opt_.batch_size;
+    const std::int64_t rows = std::min(opt_.batch_size, set_->count - begin);
+    AMP_REQUIRE(b >= 0 && rows > 0, "Loader: batch ", b, " of ", batches());
+    const float a = 1.0f / (255.0f * opt_.stddev), c = -opt_.mean / opt_.stddev;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t src = order_[static_cast<std::size_t>(begin + r)];
+      const std::uint8_t* p = set_->pixels.data() + src * features_;
+      T* dst = host_x_.data() + r * features_;
+      for (std::int64_t i = 0; i < features_; ++i) dst[i] = cast<T>(static_cast<float>(p[i]) * a + c);
+      host_y_[static_cast<std::size_t>(r)] = set_->labels[static_cast<std::size_t>(src)];
+    }
+    upload(*ctx_, x_.span(), host_x_.data(), static_cast<std::size_t>(rows * features_));
+    upload(*ctx_, y_.span(), host_y_.data(), static_cast<std::size_t>(rows));
+    return {Matrix<const T>(x_.data(), rows, features_, features_), Span<const std::int32_t>(y_.data(), static_cast<std::size_t>(rows))};
+  }
+
+  // Host labels of the current batch order (for accuracy on the host).
+  const std::vector<std::int32_t>& host_labels() const { return host_y_; }
+
+ private:
+  Context<B>* ctx_;
+  const LabelledImages* set_;
+  Options opt_;
+  std::int64_t features_;
+  std::vector<std::int64_t> order_;
+  std::vector<T> host_x_;
+  std::vector<std::int32_t> host_y_;
+  Buffer<T, B> x_;
+  Buffer<std::int32_t, B> y_;
+  std::mt19937_64 gen_;
+};
+
+}  // namespace amp::data
