@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the main job: the seed example across all opt levels
-# (on the GPU when one is present, else the CPU). Arguments go to the program.
+# Sets up, builds and runs the main job: the Fashion-MNIST MLP at every opt level
+# (on the GPU when one is present, else the CPU), writing out/fashion_mnist.{json,csv,svg}.
+# Arguments go to the program (see --help).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 "$AMP_ROOT/scripts/setup.sh"
 cmake -S "$AMP_ROOT" -B "$AMP_BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$AMP_BUILD" -j "$AMP_JOBS" --target seed_linear
-"$AMP_BUILD/examples/seed_linear" "$@"
+cmake --build "$AMP_BUILD" -j "$AMP_JOBS" --target fashion_mnist
+mkdir -p "$AMP_ROOT/out"
+"$AMP_BUILD/examples/fashion_mnist" --json "$AMP_ROOT/out/fashion_mnist.json" --csv "$AMP_ROOT/out/fashion_mnist.csv" \
+  --plot "$AMP_ROOT/out/fashion_mnist.svg" "$@"

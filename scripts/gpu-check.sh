@@ -19,11 +19,13 @@ if [ "${1:-}" = "prepare" ]; then
   ln -sf libopenblas.so.0 "$carry/lib/libopenblas.so"
   # OpenBLAS's own runtime needs (gfortran), which a bare image may lack.
   for dep in $(ldd "$lib" | awk '/gfortran|quadmath/ { print $3 }'); do cp "$dep" "$carry/lib/"; done
+  cp -r /usr/share/datasets/fashion-mnist "$carry/" 2>/dev/null || true
   du -sh "$carry"
   exit 0
 fi
 
 out=${OUT:-$AMP_ROOT/out}
+export AMP_DATA=${AMP_DATA:-$carry/fashion-mnist}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$carry/lib:${LD_LIBRARY_PATH:-}"
 nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader || true

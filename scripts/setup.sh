@@ -5,7 +5,7 @@ set -euo pipefail
 
 need_pkgs=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in cmake g++ make doctest-dev libopenblas-openmp-dev zlib1g-dev "$@"; do
+for pkg in cmake g++ make doctest-dev libopenblas-openmp-dev zlib1g-dev dataset-fashion-mnist python3 "$@"; do
   have "$pkg" || need_pkgs+=("$pkg")
 done
 if ((${#need_pkgs[@]})); then

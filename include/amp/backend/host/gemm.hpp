@@ -19,11 +19,13 @@ Matrix<const float> widen(Context<host>& ctx, Matrix<const T> x, scratch_slot sl
     return x;
   } else {
     float* out = ctx.scratch<float>(slot, static_cast<std::size_t>(x.rows * x.cols));
-    const std::int64_t cols = x.cols;
-    for_each(ctx, static_cast<std::size_t>(x.rows * x.cols), [=](std::size_t i) {
-      const auto r = static_cast<std::int64_t>(i) / cols;
-      out[i] = cast<float>(x.data[r * x.ld + static_cast<std::int64_t>(i) % cols]);
-    });
+    if (x.contiguous()) {  // the common case: a flat, vectorisable pass with no index arithmetic
+      for_each(ctx, static_cast<std::size_t>(x.rows * x.cols), [=](std::size_t i) { out[i] = cast<float>(x.data[i]); });
+    } else {
+      for_each(ctx, static_cast<std::size_t>(x.rows), [=](std::size_t r) {
+        for (std::int64_t c = 0; c < x.cols; ++c) out[r * x.cols + c] = cast<float>(x.data[r * x.ld + c]);
+      });
+    }
     return {out, x.rows, x.cols, x.cols};
   }
 }
@@ -51,11 +53,14 @@ void gemm(Context<host>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
                 static_cast<int>(d.n), static_cast<int>(d.k), alpha, wa.data, static_cast<int>(wa.ld), wb.data,
                 static_cast<int>(wb.ld), 0.0f, wc.data, static_cast<int>(wc.ld));
     const std::int64_t n = d.n;
-    for_each(ctx, static_cast<std::size_t>(d.m * d.n), [=](std::size_t i) {
-      const auto r = static_cast<std::int64_t>(i) / n, col = static_cast<std::int64_t>(i) % n;
-      TC& out = c.data[r * c.ld + col];
-      const float prior = beta == 0.0f ? 0.0f : beta * cast<float>(out);
-      out = cast<TC>(wc.data[i] + prior);
+    for_each(ctx, static_cast<std::size_t>(d.m), [=](std::size_t r) {
+      TC* out = c.data + static_cast<std::int64_t>(r) * c.ld;
+      const float* in = wc.data + static_cast<std::int64_t>(r) * n;
+      if (beta == 0.0f) {
+        for (std::int64_t j = 0; j < n; ++j) out[j] = cast<TC>(in[j]);
+      } else {
+        for (std::int64_t j = 0; j < n; ++j) out[j] = cast<TC>(in[j] + beta * cast<float>(out[j]));
+      }
     });
   }
 }
