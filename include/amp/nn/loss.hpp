@@ -179,22 +179,31 @@ void check_same_shape(const Output<P, B>& pred, std::int64_t rows, std::int64_t 
 }
 }  // namespace detail
 
-template <Policy P, Backend B, Scalar Y>
-Loss<P, B> mse_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> target) {
+namespace detail {
+// A loss that is a mean over elements: Value maps an element to its share of
+// the loss, Grad writes scale * dL/dpred; both see (pred, target) only.
+template <template <class, class, class> class Value, template <class, class, class> class Grad, Policy P,
+          Backend B, Scalar Y>
+Loss<P, B> elementwise_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> target, const char* name) {
   using T = typename P::activation_type;
   using C = typename P::template compute_type<op::loss>;
-  detail::check_same_shape(pred, target.rows, target.cols, "mse_loss");
-  AMP_REQUIRE(target.contiguous(), "mse_loss: the target must be contiguous");
+  check_same_shape(pred, target.rows, target.cols, name);
+  AMP_REQUIRE(target.contiguous(), name, ": the target must be contiguous");
   const auto n = static_cast<std::size_t>(target.size());
-  const float inv = 1.0f / static_cast<float>(n);
-  transform_reduce(ctx, n, detail::MseValueOp<C, T, Y>{pred.value.data, target.data, inv, target.cols},
-                   detail::CombineLoss{}, LossValue{}, pred.producer->loss_slot());
+  transform_reduce(ctx, n, Value<C, T, Y>{pred.value.data, target.data, 1.0f / static_cast<float>(n), target.cols},
+                   CombineLoss{}, LossValue{}, pred.producer->loss_slot());
   auto seed = [](Context<B>& c, const Loss<P, B>& l, const float* scale, Matrix<T> grad) {
     const auto count = static_cast<std::size_t>(grad.size());
-    for_each(c, count, detail::MseGradOp<C, T, Y>{l.prediction().value.data, l.template target<Y>(), grad.data,
-                                                  scale, 1.0f / static_cast<float>(count)});
+    for_each(c, count, Grad<C, T, Y>{l.prediction().value.data, l.template target<Y>(), grad.data, scale,
+                                     1.0f / static_cast<float>(count)});
   };
-  return Loss<P, B>(ctx, pred, target.data, 0, seed, "mse_loss");
+  return Loss<P, B>(ctx, pred, target.data, 0, seed, name);
+}
+}  // namespace detail
+
+template <Policy P, Backend B, Scalar Y>
+Loss<P, B> mse_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> target) {
+  return detail::elementwise_loss<detail::MseValueOp, detail::MseGradOp>(ctx, pred, target, "mse_loss");
 }
 
 template <Policy P, Backend B, Scalar Y>
@@ -228,20 +237,7 @@ Loss<P, B> cross_entropy(Context<B>& ctx, const Output<P, B>& pred, Span<const s
 // Binary cross-entropy on logits, targets in [0, 1], mean over all elements.
 template <Policy P, Backend B, Scalar Y>
 Loss<P, B> bce_with_logits(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> target) {
-  using T = typename P::activation_type;
-  using C = typename P::template compute_type<op::loss>;
-  detail::check_same_shape(pred, target.rows, target.cols, "bce_with_logits");
-  AMP_REQUIRE(target.contiguous(), "bce_with_logits: the target must be contiguous");
-  const auto n = static_cast<std::size_t>(target.size());
-  transform_reduce(ctx, n,
-                   detail::BceValueOp<C, T, Y>{pred.value.data, target.data, 1.0f / static_cast<float>(n), target.cols},
-                   detail::CombineLoss{}, LossValue{}, pred.producer->loss_slot());
-  auto seed = [](Context<B>& c, const Loss<P, B>& l, const float* scale, Matrix<T> grad) {
-    const auto count = static_cast<std::size_t>(grad.size());
-    for_each(c, count, detail::BceGradOp<C, T, Y>{l.prediction().value.data, l.template target<Y>(), grad.data,
-                                                  scale, 1.0f / static_cast<float>(count)});
-  };
-  return Loss<P, B>(ctx, pred, target.data, 0, seed, "bce_with_logits");
+  return detail::elementwise_loss<detail::BceValueOp, detail::BceGradOp>(ctx, pred, target, "bce_with_logits");
 }
 
 template <Policy P, Backend B, Scalar Y>
