@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <amp/core/error.hpp>
@@ -39,25 +40,26 @@ class Args {
 
   const std::string& str(const std::string& name) const { return values_.at(name); }
   long integer(const std::string& name) const {
-    try {
-      std::size_t used = 0;
-      const long v = std::stol(str(name), &used);
-      if (used == str(name).size()) return v;
-    } catch (const std::exception&) {
-    }
-    amp::fail("--", name, " expects an integer, got '", str(name), "'");
+    return parsed(name, "an integer", [](const std::string& v, std::size_t* used) { return std::stol(v, used); });
   }
   float real(const std::string& name) const {
-    try {
-      std::size_t used = 0;
-      const float v = std::stof(str(name), &used);
-      if (used == str(name).size()) return v;
-    } catch (const std::exception&) {
-    }
-    amp::fail("--", name, " expects a number, got '", str(name), "'");
+    return parsed(name, "a number", [](const std::string& v, std::size_t* used) { return std::stof(v, used); });
   }
 
  private:
+  // The whole value must parse; "12x" or "" is an error naming the flag.
+  template <class Parse>
+  std::invoke_result_t<Parse, const std::string&, std::size_t*> parsed(const std::string& name, const char* what,
+                                                                   Parse parse) const {
+    try {
+      std::size_t used = 0;
+      const auto v = parse(str(name), &used);
+      if (used == str(name).size()) return v;
+    } catch (const std::exception&) {
+    }
+    amp::fail("--", name, " expects ", what, ", got '", str(name), "'");
+  }
+
   void print_help() const {
     std::printf("usage: %s [flags]\n%s\n\nflags:\n", program_.c_str(), about_.c_str());
     for (const auto& name : order_) {

@@ -9,7 +9,6 @@
 #include "amp/amp.hpp"
 #include "support/gemm_cases.hpp"
 #include "support/gpu.cuh"
-#include "support/reduce_cases.hpp"
 #include "support/reference.hpp"
 
 using namespace amp;
@@ -113,11 +112,11 @@ TEST_CASE("cuda: for_each and transform_reduce match the host twins") {
     auto x = random_values<half>(n, 9, -3.0f, 3.0f);
     if (n > 10) x[n / 3] = cast<half>(std::numeric_limits<float>::quiet_NaN());
     DeviceCopy<half> dx(ctx, x);
-    Buffer<Stats, amp::cuda> out(ctx, 1, memory_kind::workspace);
-    transform_reduce(ctx, n, StatsOf<half>{dx.buf.data()}, CombineStats{}, Stats{}, out.data());
-    const Stats d = download_one(ctx, static_cast<const Stats*>(out.data()));
-    Stats h{};
-    transform_reduce(hctx, n, StatsOf<half>{x.data()}, CombineStats{}, Stats{}, &h);
+    Buffer<GradStats, amp::cuda> out(ctx, 1, memory_kind::workspace);
+    transform_reduce(ctx, n, amp::detail::GradStatsOf<half>{dx.buf.data()}, amp::detail::CombineGradStats{}, GradStats{}, out.data());
+    const GradStats d = download_one(ctx, static_cast<const GradStats*>(out.data()));
+    GradStats h{};
+    transform_reduce(hctx, n, amp::detail::GradStatsOf<half>{x.data()}, amp::detail::CombineGradStats{}, GradStats{}, &h);
     CHECK(d.nonfinite == h.nonfinite);
     CHECK(d.maxabs == h.maxabs);
     CHECK(d.sumsq == doctest::Approx(h.sumsq).epsilon(1e-5));

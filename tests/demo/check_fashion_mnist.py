@@ -11,6 +11,14 @@ binary, data = sys.argv[1], sys.argv[2]
 if not os.path.isdir(data):
     print(f"[amp-skip] Fashion-MNIST not found at {data} (apt-get install dataset-fashion-mnist)")
     sys.exit(0)
+# Bad input: a clear message naming the flag or the file, exit code 2, no output file.
+for args, message in ((["--epochs", "x"], "--epochs expects an integer, got 'x'"),
+                      (["--opt-level", "O9"], "unknown --opt-level 'O9'"),
+                      (["--data", "/nonexistent"], "'/nonexistent/train-images-idx3-ubyte[.gz]' not found"),
+                      (["--frobnicate", "1"], "unknown argument '--frobnicate'")):
+    run = subprocess.run([binary, *args], capture_output=True, text=True)
+    assert run.returncode == 2 and message in run.stderr, (args, run.returncode, run.stderr)
+
 with tempfile.TemporaryDirectory() as tmp:
     out = {k: os.path.join(tmp, f"run.{k}") for k in ("json", "csv", "svg")}
     cmd = [binary, "--data", data, "--device", "cpu", "--opt-level", "O0", "--epochs", "3", "--train-subset", "12000",

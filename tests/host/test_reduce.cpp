@@ -4,7 +4,6 @@
 #include <limits>
 
 #include "amp/amp.hpp"
-#include "support/reduce_cases.hpp"
 #include "support/reference.hpp"
 
 using namespace amp;
@@ -32,16 +31,16 @@ TEST_CASE("host transform_reduce: sum of squares, max |x| and non-finite count i
       maxabs = std::max(maxabs, std::abs(d));
     }
     Context<host> ctx;
-    Stats out{};
-    transform_reduce(ctx, n, StatsOf<half>{x.data()}, CombineStats{}, Stats{}, &out);
+    GradStats out{};
+    transform_reduce(ctx, n, amp::detail::GradStatsOf<half>{x.data()}, amp::detail::CombineGradStats{}, GradStats{}, &out);
     CHECK(out.nonfinite == bad);
     CHECK(out.maxabs == doctest::Approx(maxabs));
     CHECK(out.sumsq == doctest::Approx(sumsq).epsilon(1e-5));
 
     // The result does not depend on the thread count.
     Context<host> one(1);
-    Stats serial{};
-    transform_reduce(one, n, StatsOf<half>{x.data()}, CombineStats{}, Stats{}, &serial);
+    GradStats serial{};
+    transform_reduce(one, n, amp::detail::GradStatsOf<half>{x.data()}, amp::detail::CombineGradStats{}, GradStats{}, &serial);
     CHECK(serial.sumsq == out.sumsq);
   }
 }

@@ -62,11 +62,6 @@ struct CombineLoss {
   }
 };
 
-template <class C>
-AMP_HOST_DEVICE inline float loss_round(float x) {
-  return round_to<C>(x);
-}
-
 // ---- mean squared error ------------------------------------------------------
 template <class C, class T, class Y>
 struct MseValueOp {
@@ -76,9 +71,9 @@ struct MseValueOp {
   std::int64_t cols;
   AMP_HOST_DEVICE LossValue operator()(std::size_t i) const {
     const float t = cast<float>(y[i]);
-    const float d = loss_round<C>(cast<float>(p[i]) - t);
+    const float d = round_to<C>(cast<float>(p[i]) - t);
     const int bad = is_finite(t) ? -1 : static_cast<int>(static_cast<std::int64_t>(i) / cols);
-    return {loss_round<C>(d * d) * inv_count, bad};
+    return {round_to<C>(d * d) * inv_count, bad};
   }
 };
 
@@ -90,7 +85,7 @@ struct MseGradOp {
   const float* scale;
   float inv_count;
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    const float d = loss_round<C>(cast<float>(p[i]) - cast<float>(y[i]));
+    const float d = round_to<C>(cast<float>(p[i]) - cast<float>(y[i]));
     g[i] = cast<T>(2.0f * d * inv_count * *scale);
   }
 };
@@ -109,8 +104,8 @@ struct CrossEntropyValueOp {
     float m = cast<float>(row[0]);
     for (std::int64_t c = 1; c < classes; ++c) m = fmaxf(m, cast<float>(row[c]));
     float sum = 0.0f;
-    for (std::int64_t c = 0; c < classes; ++c) sum += loss_round<C>(expf(cast<float>(row[c]) - m));
-    const float nll = loss_round<C>(m + logf(sum) - cast<float>(row[label]));
+    for (std::int64_t c = 0; c < classes; ++c) sum += round_to<C>(expf(cast<float>(row[c]) - m));
+    const float nll = round_to<C>(m + logf(sum) - cast<float>(row[label]));
     return {nll * inv_rows, -1};
   }
 };
@@ -133,10 +128,10 @@ struct CrossEntropyGradOp {
     float m = cast<float>(x[base]);
     for (std::int64_t c = 1; c < classes; ++c) m = fmaxf(m, cast<float>(x[base + c]));
     float sum = 0.0f;
-    for (std::int64_t c = 0; c < classes; ++c) sum += loss_round<C>(expf(cast<float>(x[base + c]) - m));
+    for (std::int64_t c = 0; c < classes; ++c) sum += round_to<C>(expf(cast<float>(x[base + c]) - m));
     const float k = inv_rows * *scale;
     for (std::int64_t c = 0; c < classes; ++c) {
-      const float p = loss_round<C>(expf(cast<float>(x[base + c]) - m) / sum);
+      const float p = round_to<C>(expf(cast<float>(x[base + c]) - m) / sum);
       g[base + c] = cast<T>((p - (c == label ? 1.0f : 0.0f)) * k);
     }
   }
@@ -155,7 +150,7 @@ struct BceValueOp {
     const float t = cast<float>(y[i]);
     const int bad = (t >= 0.0f && t <= 1.0f) ? -1 : static_cast<int>(static_cast<std::int64_t>(i) / cols);
     const float l = (v > 0.0f ? v : 0.0f) - v * t + log1pf(expf(-fabsf(v)));
-    return {loss_round<C>(l) * inv_count, bad};
+    return {round_to<C>(l) * inv_count, bad};
   }
 };
 
@@ -167,7 +162,7 @@ struct BceGradOp {
   const float* scale;
   float inv_count;
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    const float s = loss_round<C>(1.0f / (1.0f + expf(-cast<float>(x[i]))));
+    const float s = round_to<C>(1.0f / (1.0f + expf(-cast<float>(x[i]))));
     g[i] = cast<T>((s - cast<float>(y[i])) * inv_count * *scale);
   }
 };
