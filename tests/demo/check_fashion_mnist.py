@@ -14,7 +14,7 @@ if not os.path.isdir(data):
 # Bad input: a clear message naming the flag or the file, exit code 2, no output file.
 for args, message in ((["--epochs", "x"], "--epochs expects an integer, got 'x'"),
                       (["--opt-level", "O9"], "unknown --opt-level 'O9'"),
-                      (["--data", "/nonexistent"], "'/nonexistent/train-images-idx3-ubyte[.gz]' not found"),
+                      (["--data", "/nonexistent"], "data set file '/nonexistent/"),
                       (["--frobnicate", "1"], "unknown argument '--frobnicate'")):
     run = subprocess.run([binary, *args], capture_output=True, text=True)
     assert run.returncode == 2 and message in run.stderr, (args, run.returncode, run.stderr)
