@@ -22,6 +22,9 @@ class Context<host> : public ContextBase<Context<host>> {
   ~Context() { release_scratch(); }
 
   int threads() const { return threads_; }
+  // bf16 GEMMs on AMX where the CPU has it (default); off: widen to fp32 and sgemm.
+  bool native_bf16() const { return native_bf16_; }
+  void set_native_bf16(bool on) { native_bf16_ = on; }
   std::string_view device_name() const { return "cpu"; }
 
   void synchronize() {}
@@ -51,6 +54,7 @@ class Context<host> : public ContextBase<Context<host>> {
   void raw_free(void* p) { std::free(p); }
 
   int threads_;
+  bool native_bf16_ = true;
 };
 
 }  // namespace amp

@@ -1,12 +1,14 @@
 #pragma once
 // Host GEMM on a real CBLAS. Low-precision operands are widened to fp32 (exact)
 // and multiplied with fp32 accumulation: the numerical contract of the GPU path.
+// bf16 runs natively where the CPU has AVX512-BF16 (gemm_bf16.hpp).
 #include <type_traits>
 
 #include <cblas.h>
 
 #include "amp/backend/gemm.hpp"
 #include "amp/backend/host/algorithm.hpp"
+#include "amp/backend/host/gemm_bf16.hpp"
 #include "amp/core/numeric.hpp"
 
 namespace amp {
@@ -39,6 +41,9 @@ void gemm(Context<host>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
   static_assert(std::is_same_v<Acc, float>, "host gemm accumulates in fp32");
   const GemmDims d = gemm_dims(a, ta, b, tb, c);
   if (d.m == 0 || d.n == 0) return;
+  if constexpr (std::is_same_v<TA, bfloat16>) {
+    if (detail::gemm_bf16_native(ctx, a, ta, b, tb, c, d, alpha, beta)) return;
+  }
   const Matrix<const float> wa = detail::widen(ctx, a, scratch_slot::gemm_a);
   const Matrix<const float> wb = detail::widen(ctx, b, scratch_slot::gemm_b);
   if constexpr (std::is_same_v<TC, float>) {
