@@ -47,10 +47,12 @@ struct PrepareStepOp {
   }
 };
 
-template <class Param, class Grad, class Rule>
+// Master weights and state buffers are known per policy and rule at compile
+// time, so the per-element body has no pointer tests.
+template <class Param, class Grad, class Rule, bool Master>
 struct FusedStepOp {
   Param* w;
-  float* master;  // nullptr: the weights are fp32 and hold the value
+  float* master;  // unused without master weights: the fp32 weights hold the value
   const Grad* g;
   float* s1;
   float* s2;
@@ -61,9 +63,11 @@ struct FusedStepOp {
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
     if (state->skip) return;
     const float grad = cast<float>(g[i]) * state->coef;
-    float x = master ? master[i] : cast<float>(w[i]);
-    x = rule.update(x, grad, s1 ? s1 + i : nullptr, s2 ? s2 + i : nullptr, *state, lr);
-    if (master) master[i] = x;
+    float x = Master ? master[i] : cast<float>(w[i]);
+    float* m1 = Rule::state_buffers > 0 ? s1 + i : nullptr;
+    float* m2 = Rule::state_buffers > 1 ? s2 + i : nullptr;
+    x = rule.update(x, grad, m1, m2, *state, lr);
+    if constexpr (Master) master[i] = x;
     w[i] = cast<Param>(x);
   }
 };
@@ -143,7 +147,7 @@ class FusedOptimizer {
              detail::PrepareStepOp{state_.data(), scaler_state, common_.max_grad_norm,
                                    1.0f / static_cast<float>(common_.accumulation_steps)});
     for_each(ctx, params_->count(),
-             detail::FusedStepOp<param_type, grad_type, Rule>{params_->weights().data, master, params_->grads().data,
+             detail::FusedStepOp<param_type, grad_type, Rule, nn::Parameters<P, B>::has_master>{params_->weights().data, master, params_->grads().data,
                                                               slot_data(0), slot_data(1), state_.data(), rule_, lr_});
     for_each(ctx, 1, detail::AdvanceStateOp<Rule>{state_.data(), rule_});
     params_->mark_updated();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "amp/backend/host/algorithm.hpp"
 #include "amp/core/numeric.hpp"
 #include "amp/core/span.hpp"
 
@@ -40,6 +41,26 @@ struct CombineGradStats {
 }  // namespace detail
 
 // Writes the statistics of `grads` to `out` (backend memory); no host sync.
+// On the CPU an OpenMP SIMD reduction, which may reassociate the fp32 sum (a
+// generic reduction may not, and stays scalar): this check runs every step.
+template <class G>
+void grad_stats(Context<host>& ctx, Span<const G> grads, GradStats* out) {
+  float sumsq = 0.0f, maxabs = 0.0f;
+  int nonfinite = 0;
+  const detail::GradStatsOf<G> map{grads.data};
+  const auto n = static_cast<std::int64_t>(grads.size);
+#pragma omp parallel for simd num_threads(ctx.threads()) reduction(+ : sumsq, nonfinite) reduction(max : maxabs) \
+    if (n >= detail::host_parallel_threshold)
+  for (std::int64_t i = 0; i < n; ++i) {
+    const GradStats s = map(static_cast<std::size_t>(i));
+    sumsq += s.sumsq;
+    maxabs = maxabs > s.maxabs ? maxabs : s.maxabs;
+    nonfinite += s.nonfinite;
+  }
+  *out = {sumsq, maxabs, nonfinite};
+}
+
+
 template <class Ctx, class G>
 void grad_stats(Ctx& ctx, Span<const G> grads, GradStats* out) {
   transform_reduce(ctx, grads.size, detail::GradStatsOf<G>{grads.data}, detail::CombineGradStats{}, GradStats{},
