@@ -1,35 +1,40 @@
-# What amp::amp needs, found the same way by the build tree and by an installed
-# package (ampConfig.cmake includes this file).
+# What each amp component needs, found the same way by amp's own build and by
+# an installed package (ampConfig.cmake): amp_find_dependencies(<components>).
 include(CMakeFindDependencyMacro)
+include(${CMAKE_CURRENT_LIST_DIR}/ampCuda20.cmake)
 
-find_dependency(CUDAToolkit)
-find_dependency(CCCL CONFIG HINTS "${CUDAToolkit_LIBRARY_DIR}/cmake")
-find_dependency(OpenMP COMPONENTS CXX)
-find_dependency(ZLIB)
-
-# The host GEMM's CBLAS: OpenBLAS (default, measured faster here) or BLIS.
-set(AMP_HOST_BLAS "${AMP_HOST_BLAS}" CACHE STRING "CBLAS of the host backend: OpenBLAS or BLIS")
-if(NOT AMP_HOST_BLAS)
-  set(AMP_HOST_BLAS OpenBLAS CACHE STRING "CBLAS of the host backend: OpenBLAS or BLIS" FORCE)
-endif()
-set_property(CACHE AMP_HOST_BLAS PROPERTY STRINGS OpenBLAS BLIS)
-
-if(NOT TARGET amp::cblas)
-  # OpenBLAS's OpenMP build shares our OpenMP thread pool; its pthread build
-  # spins against it (measured: 2x slower steps on 2 cores).
-  find_path(AMP_CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas-openmp openblas-pthread openblas)
-  if(AMP_HOST_BLAS STREQUAL "BLIS")
-    find_library(AMP_CBLAS_LIBRARY NAMES blis PATH_SUFFIXES blis-openmp)
+# Inside find_package(amp) a missing dependency makes amp "not found" with the
+# reason; in amp's own build it stops the configure step.
+macro(_amp_find name)
+  if(CMAKE_FIND_PACKAGE_NAME STREQUAL "amp")
+    find_dependency(${name} ${ARGN})
   else()
-    find_library(AMP_CBLAS_LIBRARY NAMES openblas PATH_SUFFIXES openblas-openmp)
+    find_package(${name} ${ARGN} REQUIRED)
   endif()
-  if(NOT AMP_CBLAS_INCLUDE_DIR OR NOT AMP_CBLAS_LIBRARY)
-    message(FATAL_ERROR "amp: no CBLAS found for AMP_HOST_BLAS=${AMP_HOST_BLAS} "
-                        "(header: ${AMP_CBLAS_INCLUDE_DIR}, library: ${AMP_CBLAS_LIBRARY}). "
-                        "Install it with: apt-get install libopenblas-openmp-dev (or libblis-dev)")
+endmacro()
+
+macro(amp_find_dependencies components)
+  # core: CUDA's fp16/bf16 headers (the toolkit; no CUDA library is linked).
+  _amp_find(CUDAToolkit)
+  set(_amp_components ${components})
+  if("host" IN_LIST _amp_components)
+    _amp_find(OpenMP COMPONENTS CXX)
+    # oneDNN: only its library. amp binds the few C functions it calls under its
+    # own names (amp/backend/host/onednn.hpp), so no oneDNN header reaches users.
+    if(NOT TARGET amp::onednn)
+      find_library(AMP_ONEDNN_LIBRARY NAMES dnnl HINTS ${AMP_ONEDNN_DIR})
+      if(NOT AMP_ONEDNN_LIBRARY)
+        message(FATAL_ERROR "amp::host needs oneDNN's library (libdnnl). Install it with: "
+                            "apt-get install libdnnl-dev (or set AMP_ONEDNN_DIR to the folder of libdnnl.so)")
+      endif()
+      add_library(amp::onednn UNKNOWN IMPORTED)
+      set_target_properties(amp::onednn PROPERTIES IMPORTED_LOCATION "${AMP_ONEDNN_LIBRARY}")
+    endif()
   endif()
-  add_library(amp::cblas UNKNOWN IMPORTED)
-  set_target_properties(amp::cblas PROPERTIES
-    IMPORTED_LOCATION "${AMP_CBLAS_LIBRARY}"
-    INTERFACE_INCLUDE_DIRECTORIES "${AMP_CBLAS_INCLUDE_DIR}")
-endif()
+  if("cuda" IN_LIST _amp_components)
+    _amp_find(CCCL CONFIG HINTS "${CUDAToolkit_LIBRARY_DIR}/cmake")
+  endif()
+  if("data" IN_LIST _amp_components)
+    _amp_find(ZLIB)
+  endif()
+endmacro()

@@ -31,14 +31,33 @@ inline std::vector<std::string> parse_levels(const std::string& arg) {
 
 // "auto": the GPU when one is usable, else the CPU.
 inline bool use_gpu(const std::string& device) {
+  AMP_REQUIRE(device == "auto" || device == "cpu" || device == "cuda", "unknown --device '", device,
+              "' (expected auto|cpu|cuda)");
   if (device == "cpu") return false;
+#if defined(__CUDACC__)
   const std::string reason = amp::cuda_unavailable_reason();
-  if (device == "cuda") {
-    AMP_REQUIRE(reason.empty(), "--device cuda: ", reason);
-    return true;
-  }
-  AMP_REQUIRE(device == "auto", "unknown --device '", device, "' (expected auto|cpu|cuda)");
+  AMP_REQUIRE(device != "cuda" || reason.empty(), "--device cuda: ", reason);
   return reason.empty();
+#else
+  AMP_REQUIRE(device != "cuda", "--device cuda: this program was built without nvcc, so it has no CUDA backend "
+                                "(rebuild with the CUDA toolkit's nvcc on PATH)");
+  return false;
+#endif
+}
+
+// fn(ctx) with a fresh GPU or CPU context.
+template <class Fn>
+void with_context(bool gpu, Fn&& fn) {
+#if defined(__CUDACC__)
+  if (gpu) {
+    amp::Context<amp::cuda> ctx;
+    fn(ctx);
+    return;
+  }
+#endif
+  (void)gpu;
+  amp::Context<amp::host> ctx;
+  fn(ctx);
 }
 
 // "cpu (N threads)" or the GPU's name, for tables and JSON.

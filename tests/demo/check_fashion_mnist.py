@@ -1,5 +1,5 @@
 """Runs the Fashion-MNIST demo on a subset (12000 images, 3 epochs) of the real data at O0 and O2 and checks
-that both cross an accuracy bar, and that the JSON summary, CSV and plot are complete."""
+that both cross an accuracy bar, and that the JSON summary and the CSV are complete."""
 import csv
 import json
 import os
@@ -20,9 +20,9 @@ for args, message in ((["--epochs", "x"], "--epochs expects an integer, got 'x'"
     assert run.returncode == 2 and message in run.stderr, (args, run.returncode, run.stderr)
 
 with tempfile.TemporaryDirectory() as tmp:
-    out = {k: os.path.join(tmp, f"run.{k}") for k in ("json", "csv", "svg")}
+    out = {k: os.path.join(tmp, f"run.{k}") for k in ("json", "csv")}
     cmd = [binary, "--data", data, "--device", "cpu", "--opt-level", "O0", "--epochs", "3", "--train-subset", "12000",
-           "--json", out["json"], "--csv", out["csv"], "--plot", out["svg"]]
+           "--json", out["json"], "--csv", out["csv"]]
     results = []
     for level in ("O0", "O2"):
         cmd[cmd.index("--opt-level") + 1] = level
@@ -39,7 +39,6 @@ with tempfile.TemporaryDirectory() as tmp:
         with open(out["csv"]) as f:
             rows = list(csv.DictReader(f))
         assert len(rows) == 3 * 94 and rows[0].keys() == {"level", "epoch", "step", "loss", "loss_scale", "skipped"}
-        assert os.path.getsize(out["svg"]) > 1000
         results.append(row)
     o0, o2 = results
     print(f"O0 accuracy {o0['test_accuracy']:.4f}, O2 accuracy {o2['test_accuracy']:.4f}")

@@ -163,3 +163,44 @@ TEST_CASE("initialisation is deterministic, bounded and independent of the threa
   const auto w = download(one, Span<const half>(a->parameters().weights()));
   for (std::size_t i = 0; i < ma.size(); ++i) REQUIRE(detail::bits(w[i]) == detail::bits(cast<half>(ma[i])));
 }
+
+namespace {
+// The spacing of T's values at |x| (one unit in the last place).
+template <class T>
+double ulp_of(double x) {
+  const double a = std::max(std::abs(x), static_cast<double>(cast<float>(limits<T>::min_normal())));
+  return std::ldexp(1.0, std::ilogb(a) - (limits<T>::digits - 1));
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("Linear rounds its output once: within half an ulp of the exact x W^T + b", P, O0Policy, O1Policy,
+                   O2Policy, O3Policy, O1BF16Policy, O2BF16Policy) {
+  using T = typename P::activation_type;
+  using G = typename P::template compute_type<op::gemm>;
+  constexpr std::int64_t rows = 16, in = 64, out = 48;
+  Context<host> ctx;
+  nn::Sequential<P, host, nn::Linear> model(ctx, {.max_batch = rows, .seed = 2}, {.in_features = in, .out_features = out});
+  // Inputs exact in every storage type.
+  const auto x = random_values<amp::bfloat16>(rows * in, 41, -2.0f, 2.0f);
+  std::vector<float> xf(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) xf[i] = cast<float>(x[i]);
+  const auto y = download(ctx, Span<const T>(model.forward(ctx, matrix<const float>(xf.data(), rows, in)).value.span()));
+  // What the GEMM multiplies: the weights and bias as compute_type<gemm> (O1: the cast cache).
+  auto& layer = model.layers().head;
+  const auto w = download(ctx, model.parameters().gemm_weights(layer.weight_slot()));
+  const auto b = download(ctx, model.parameters().gemm_weights(layer.bias_slot()));
+  int over = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < out; ++j) {
+      double exact = cast<float>(b[j]), magnitude = std::abs(exact);
+      for (std::int64_t i = 0; i < in; ++i) {
+        const double p = static_cast<double>(xf[r * in + i]) * cast<float>(w[j * in + i]);
+        exact += p, magnitude += std::abs(p);
+      }
+      const double accumulation = 2.0 * in * unit_roundoff<float> * magnitude;  // fp32 sums, before the rounding
+      const double err = std::abs(cast<float>(y[r * out + j]) - exact);
+      if (err > 0.5 * ulp_of<T>(exact) + accumulation) ++over;
+    }
+  static_assert(std::is_same_v<T, G> || std::is_same_v<T, float>);
+  CHECK(over == 0);
+}

@@ -61,6 +61,7 @@ TEST_CASE("half host casts agree with CUDA's reference conversion on every bit p
       continue;
     }
     REQUIRE(float_bits(f) == float_bits(__half2float(v)));
+    REQUIRE(float_bits(amp::detail::half_bits_to_float_soft(static_cast<std::uint16_t>(x))) == float_bits(f));
     REQUIRE(bits(amp::cast<half>(f)) == x);
   }
   // Random floats around the half range, including ties, match CUDA's own host rounding.
@@ -71,6 +72,7 @@ TEST_CASE("half host casts agree with CUDA's reference conversion on every bit p
     if (i % 4 == 0) u = (u & ~0x1fffu) | 0x1000u;  // exact ties for the half mantissa
     const float f = f_of(u) * (i % 2 ? -1.0f : 1.0f);
     REQUIRE(h(f) == bits(__float2half_rn(f)));
+    REQUIRE(amp::detail::float_to_half_bits_soft(f) == h(f));  // the twin for compilers without _Float16
   }
 }
 

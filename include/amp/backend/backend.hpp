@@ -64,7 +64,7 @@ class MemoryStats {
 };
 
 // Named scratch regions; each grows to the largest request and then stays.
-enum class scratch_slot { reduction, partials, gemm_a, gemm_b, gemm_c, loss_rows, count };
+enum class scratch_slot { reduction, partials, gemm_a, gemm_b, gemm_c, bias_grad, loss_rows, count };
 
 // Shared by Context<host> and Context<cuda>; Derived supplies raw_allocate/raw_free.
 template <class Derived>

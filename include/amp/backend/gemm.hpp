@@ -1,10 +1,14 @@
 #pragma once
 // The GEMM contract shared by both backends, row-major:
-//   C = alpha * op(A) * op(B) + beta * C,   op(X) = X or X^T,
-// with A and B of one input type, C of that type or fp32, and fp32 accumulation.
-// The policy's types pick the instantiation; nothing is decided at run time.
+//   Z = alpha * op(A) op(B) + beta * C + bias,   C = act(Z),   op(X) = X or X^T,
+// with A and B of one input type, C of that type or fp32, fp32 accumulation and
+// one rounding into C: bias and activation are applied in the epilogue, before
+// the final cast (cuBLASLt's BIAS / RELU_BIAS / GELU_AUX_BIAS on the GPU).
 #include <cstdint>
+#include <string>
+#include <type_traits>
 
+#include "amp/core/activation.hpp"
 #include "amp/core/error.hpp"
 #include "amp/core/span.hpp"
 #include "amp/core/traits.hpp"
@@ -17,6 +21,21 @@ struct GemmDims {
   std::int64_t m, n, k;
 };
 
+// What the GEMM does besides the product, fused into its pass. Out is C's type.
+template <class Out>
+struct GemmEpilogue {
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  const Out* bias = nullptr;        // one value per column of C (per output feature)
+  activation act = activation::none;
+  Out* pre_activation = nullptr;    // Z before act, laid out like C: what act's backward needs
+  // grad_bias[i] += sum_k op(A)[i][k]: the bias gradient when op(A) = dY^T
+  // (the weight-gradient GEMM; cuBLASLt's BGRADB).
+  Out* grad_bias = nullptr;
+
+  bool plain() const { return !bias && act == activation::none && !pre_activation && !grad_bias; }
+};
+
 namespace detail {
 template <class T>
 std::string matrix_desc(const char* name, Matrix<T> x, transpose t) {
@@ -24,6 +43,15 @@ std::string matrix_desc(const char* name, Matrix<T> x, transpose t) {
                 t == transpose::yes ? x.rows : x.cols, "]");
 }
 }  // namespace detail
+
+// The epilogue combinations both backends fuse.
+template <class Out>
+void check_epilogue(const GemmEpilogue<Out>& ep) {
+  AMP_REQUIRE(!ep.pre_activation || ep.act == activation::gelu,
+              "gemm: pre_activation is kept for gelu only (relu's backward reads its output)");
+  AMP_REQUIRE(!ep.grad_bias || (!ep.bias && ep.act == activation::none),
+              "gemm: the bias gradient is fused alone (into the weight-gradient product)");
+}
 
 // Dimensions of the product, or an amp::Error naming the mismatched shapes.
 template <class TA, class TB, class TC>

@@ -19,3 +19,14 @@
 
 #define AMP_STRINGIFY_IMPL(x) #x
 #define AMP_STRINGIFY(x) AMP_STRINGIFY_IMPL(x)
+
+// Host loops that run per-element functors are compiled three times, for
+// x86-64-v4 (AVX-512), x86-64-v3 (AVX2, FMA, F16C) and the baseline, and the
+// loader picks one for the CPU at run time (GCC's target_clones). Inside them
+// amp's fp16 casts are single F16C instructions and loops vectorise wider;
+// flatten inlines the functor, so its casts see the clone's instruction set.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(AMP_NO_HOST_CLONES)
+#define AMP_HOST_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), flatten))
+#else
+#define AMP_HOST_CLONES
+#endif

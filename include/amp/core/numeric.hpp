@@ -1,8 +1,11 @@
 #pragma once
 // Numeric types and casts. amp::half and amp::bfloat16 are CUDA's own types, so
 // buffers pass to cuBLAS unchanged. Casts round to nearest even and give the same
-// bits on host and device: the device uses the intrinsics, the host a bit-exact
-// software twin that compilers vectorise (CUDA's host fallbacks are scalar).
+// bits on host and device: the device uses the intrinsics; the host converts
+// fp16 through the compiler's _Float16 (GCC 12+, Clang), which inside amp's
+// host loops (AMP_HOST_CLONES) is one F16C instruction and elsewhere a call
+// into the compiler's runtime, and bf16 with integer arithmetic. A bit-exact
+// software twin covers compilers without _Float16.
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -64,8 +67,14 @@ AMP_HOST_DEVICE inline bfloat16 bfloat16_from_bits(std::uint16_t x) {
   return bfloat16(raw);
 }
 
-// float -> binary16, round to nearest even, overflow to inf, NaN stays NaN.
-inline std::uint16_t float_to_half_bits(float f) {
+#if defined(__FLT16_MANT_DIG__) && !defined(AMP_NO_FLOAT16)
+#define AMP_HOST_FLOAT16 1
+#else
+#define AMP_HOST_FLOAT16 0
+#endif
+
+// float -> binary16 in software: round to nearest even, overflow to inf, NaN stays NaN.
+inline std::uint16_t float_to_half_bits_soft(float f) {
   const std::uint32_t u = float_bits(f);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   std::uint32_t a = u & 0x7fffffffu;
@@ -85,7 +94,7 @@ inline std::uint16_t float_to_half_bits(float f) {
   return static_cast<std::uint16_t>(out | sign);
 }
 
-inline float half_bits_to_float(std::uint16_t h) {
+inline float half_bits_to_float_soft(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   const std::uint32_t exp = h & 0x7c00u;
   const std::uint32_t mant = h & 0x03ffu;
@@ -99,6 +108,27 @@ inline float half_bits_to_float(std::uint16_t h) {
     out = ((exp >> 10) + 112u) << 23 | (mant << 13);
   }
   return bits_float(out | sign);
+}
+
+inline std::uint16_t float_to_half_bits(float f) {
+#if AMP_HOST_FLOAT16
+  const _Float16 h = static_cast<_Float16>(f);
+  std::uint16_t out;
+  std::memcpy(&out, &h, sizeof out);
+  return out;
+#else
+  return float_to_half_bits_soft(f);
+#endif
+}
+
+inline float half_bits_to_float(std::uint16_t bits) {
+#if AMP_HOST_FLOAT16
+  _Float16 h;
+  std::memcpy(&h, &bits, sizeof h);
+  return static_cast<float>(h);
+#else
+  return half_bits_to_float_soft(bits);
+#endif
 }
 
 inline std::uint16_t float_to_bfloat16_bits(float f) {

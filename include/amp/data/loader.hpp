@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "amp/backend/buffer.hpp"
+#include "amp/backend/host/convert.hpp"
 #include "amp/core/numeric.hpp"
 #include "amp/data/idx.hpp"
 
@@ -34,6 +35,7 @@ class Loader {
         order_(static_cast<std::size_t>(set.count)),
         host_x_(static_cast<std::size_t>(opt.batch_size * features_)),
         host_y_(static_cast<std::size_t>(opt.batch_size)),
+        row_(static_cast<std::size_t>(features_)),
         x_(ctx, host_x_.size(), memory_kind::activations),
         y_(ctx, host_y_.size(), memory_kind::activations),
         gen_(opt.seed) {
@@ -64,8 +66,8 @@ class Loader {
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t src = order_[static_cast<std::size_t>(begin + r)];
       const std::uint8_t* p = set_->pixels.data() + src * features_;
-      T* dst = host_x_.data() + r * features_;
-      for (std::int64_t i = 0; i < features_; ++i) dst[i] = cast<T>(static_cast<float>(p[i]) * a + c);
+      for (std::int64_t i = 0; i < features_; ++i) row_[static_cast<std::size_t>(i)] = static_cast<float>(p[i]) * a + c;
+      amp::detail::convert_n(row_.data(), host_x_.data() + r * features_, row_.size());  // one rounding, in bulk
       host_y_[static_cast<std::size_t>(r)] = set_->labels[static_cast<std::size_t>(src)];
     }
     upload(*ctx_, x_.span(), host_x_.data(), static_cast<std::size_t>(rows * features_));
@@ -84,6 +86,7 @@ class Loader {
   std::vector<std::int64_t> order_;
   std::vector<T> host_x_;
   std::vector<std::int32_t> host_y_;
+  std::vector<float> row_;
   Buffer<T, B> x_;
   Buffer<std::int32_t, B> y_;
   std::mt19937_64 gen_;

@@ -1,42 +1,13 @@
 #pragma once
-// Point-wise activations: one AMP_HOST_DEVICE formula per function, math in
-// fp32, results stored in the policy's activation type.
-#include <cmath>
+// Point-wise activation layers: the formulas of amp/core/activation.hpp, math
+// in fp32, results stored in the policy's activation type. A Linear followed by
+// relu or gelu fuses it instead (Linear::Config::act).
+#include "amp/core/activation.hpp"
 
 #include "amp/nn/parameters.hpp"
 #include "amp/tensor.hpp"
 
 namespace amp::nn {
-
-struct ReluFn {
-  static constexpr bool backward_uses_input = false;
-  AMP_HOST_DEVICE static float forward(float x) { return x > 0.0f ? x : 0.0f; }
-  AMP_HOST_DEVICE static float backward(float, float y, float dy) { return y > 0.0f ? dy : 0.0f; }
-};
-
-struct TanhFn {
-  static constexpr bool backward_uses_input = false;
-  AMP_HOST_DEVICE static float forward(float x) { return tanhf(x); }
-  AMP_HOST_DEVICE static float backward(float, float y, float dy) { return dy * (1.0f - y * y); }
-};
-
-struct SigmoidFn {
-  static constexpr bool backward_uses_input = false;
-  AMP_HOST_DEVICE static float forward(float x) { return 1.0f / (1.0f + expf(-x)); }
-  AMP_HOST_DEVICE static float backward(float, float y, float dy) { return dy * y * (1.0f - y); }
-};
-
-// GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
-struct GeluFn {
-  static constexpr bool backward_uses_input = true;
-  static constexpr float k = 0.7978845608028654f;  // sqrt(2/pi)
-  static constexpr float c = 0.044715f;
-  AMP_HOST_DEVICE static float forward(float x) { return 0.5f * x * (1.0f + tanhf(k * (x + c * x * x * x))); }
-  AMP_HOST_DEVICE static float backward(float x, float, float dy) {
-    const float t = tanhf(k * (x + c * x * x * x));
-    return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * c * x * x));
-  }
-};
 
 namespace detail {
 template <class Fn, class T>

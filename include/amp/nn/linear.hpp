@@ -1,36 +1,29 @@
 #pragma once
-// y = x W^T + b. The policy decides every type: the GEMM consumes
+// y = act(x W^T + b). The policy decides every type: the GEMM consumes
 // compute_type<gemm> (O1 through the per-step cast cache), accumulates in fp32,
-// and writes weight gradients straight in grad_type (fp32 under O1).
+// and writes weight gradients straight in grad_type (fp32 under O1). Bias and
+// activation run in the GEMM's epilogue, so y is rounded once; the bias
+// gradient comes from the weight-gradient GEMM.
 #include <cmath>
 #include <type_traits>
 
+#include "amp/backend/gemm.hpp"
+#include "amp/core/activation.hpp"
 #include "amp/nn/parameters.hpp"
 #include "amp/tensor.hpp"
 
 namespace amp::nn {
 
 namespace detail {
-template <class T, class W>
-struct AddBiasOp {
-  T* y;
-  const W* b;
-  std::int64_t cols;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    y[i] = cast<T>(cast<float>(y[i]) + cast<float>(b[static_cast<std::int64_t>(i) % cols]));
-  }
-};
-
-// db[j] += sum over rows of dy[r, j], summed in fp32.
-template <class T, class G>
-struct BiasGradOp {
+// dz = act'(z) * dy: the activation's backward before the GEMMs' backward.
+template <class Fn, class T>
+struct ActivationGradOp {
+  const T* pre;  // z (gelu) or nullptr
+  const T* y;
   const T* dy;
-  G* db;
-  std::int64_t rows, cols;
-  AMP_HOST_DEVICE void operator()(std::size_t j) const {
-    float acc = 0.0f;
-    for (std::int64_t r = 0; r < rows; ++r) acc += cast<float>(dy[r * cols + static_cast<std::int64_t>(j)]);
-    db[j] = cast<G>(cast<float>(db[j]) + acc);
+  T* dz;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+    dz[i] = cast<T>(Fn::backward(pre ? cast<float>(pre[i]) : 0.0f, cast<float>(y[i]), cast<float>(dy[i])));
   }
 };
 }  // namespace detail
@@ -56,6 +49,7 @@ class Linear {
     std::int64_t in_features = 0;
     std::int64_t out_features = 0;
     bool bias = true;
+    activation act = activation::none;  // relu or gelu: fused into the GEMM
     initializer weight_init = initializer::kaiming_uniform;
   };
 
@@ -69,6 +63,8 @@ class Linear {
     weight_ = plan.add(static_cast<std::size_t>(cfg.out_features * cfg.in_features));
     if (cfg.bias) bias_ = plan.add(static_cast<std::size_t>(cfg.out_features));
     if (need_dx) dx_ = Tensor<T, B>(ctx, {max_batch, cfg.in_features}, memory_kind::activations);
+    if (cfg.act != activation::none) dz_ = Tensor<T, B>(ctx, {max_batch, cfg.out_features}, memory_kind::activations);
+    if (cfg.act == activation::gelu) z_ = Tensor<T, B>(ctx, {max_batch, cfg.out_features}, memory_kind::activations);
     if constexpr (casts_activations) {
       x_cast_ = Tensor<gemm_type, B>(ctx, {max_batch, cfg.in_features}, memory_kind::activations);
       dy_cast_ = Tensor<gemm_type, B>(ctx, {max_batch, cfg.out_features}, memory_kind::activations);
@@ -89,32 +85,45 @@ class Linear {
   Matrix<const T> forward(Context<B>& ctx, Parameters<P, B>& params, Matrix<const T> x) {
     x_ = as_gemm_input(ctx, x, x_cast_);
     const Matrix<T> y = out_.matrix().first_rows(x.rows);
-    gemm(ctx, x_, transpose::no, weight_matrix(params), transpose::yes, y);
-    if (cfg_.bias) {
-      const auto b = params.weights(bias_);
-      for_each(ctx, static_cast<std::size_t>(y.size()), detail::AddBiasOp<T, typename P::param_type>{y.data, b.data, y.cols});
-    }
+    GemmEpilogue<T> ep{.act = cfg_.act};
+    if (cfg_.bias) ep.bias = bias_values(params);
+    if (cfg_.act == activation::gelu) ep.pre_activation = z_.data();
+    gemm(ctx, x_, transpose::no, weight_matrix(params), transpose::yes, y, ep);
     return y;
   }
 
   // Accumulates dW and db (after zero_grad, a sum over micro-batches); returns dx.
   Matrix<const T> backward(Context<B>& ctx, Parameters<P, B>& params, Matrix<const T> dy) {
-    const Matrix<const gemm_type> dy_g = as_gemm_input(ctx, dy, dy_cast_);
-    const auto dw = params.grads(weight_);
-    gemm(ctx, dy_g, transpose::yes, x_, transpose::no, matrix(dw.data, cfg_.out_features, cfg_.in_features), 1.0f,
-         1.0f);
-    if (cfg_.bias) {
-      const auto db = params.grads(bias_);
-      for_each(ctx, static_cast<std::size_t>(cfg_.out_features),
-               detail::BiasGradOp<T, grad_type>{dy.data, db.data, dy.rows, dy.cols});
+    Matrix<const T> dz = dy;
+    if (cfg_.act != activation::none) {
+      const Matrix<T> g = dz_.matrix().first_rows(dy.rows);
+      const auto n = static_cast<std::size_t>(dy.size());
+      if (cfg_.act == activation::relu)
+        for_each(ctx, n, detail::ActivationGradOp<ReluFn, T>{nullptr, out_.data(), dy.data, g.data});
+      else
+        for_each(ctx, n, detail::ActivationGradOp<GeluFn, T>{z_.data(), out_.data(), dy.data, g.data});
+      dz = g;
     }
+    const Matrix<const gemm_type> dz_g = as_gemm_input(ctx, dz, dy_cast_);
+    GemmEpilogue<grad_type> ep{.beta = 1.0f};
+    if (cfg_.bias) ep.grad_bias = params.grads(bias_).data;
+    gemm(ctx, dz_g, transpose::yes, x_, transpose::no, matrix(params.grads(weight_).data, cfg_.out_features, cfg_.in_features), ep);
     if (!dx_.data()) return {};
     const Matrix<T> dx = dx_.matrix().first_rows(dy.rows);
-    gemm(ctx, dy_g, transpose::no, weight_matrix(params), transpose::no, dx);
+    gemm(ctx, dz_g, transpose::no, weight_matrix(params), transpose::no, dx);
     return dx;
   }
 
  private:
+  // The bias in the output's type, as the epilogue adds it (O1: the cast cache).
+  const T* bias_values(Parameters<P, B>& params) const {
+    if constexpr (std::is_same_v<typename P::param_type, T>) return params.weights(bias_).data;
+    else {
+      static_assert(std::is_same_v<gemm_type, T>, "Linear: the bias is stored as the activation or GEMM type");
+      return params.gemm_weights(bias_).data;
+    }
+  }
+
   Matrix<const gemm_type> weight_matrix(Parameters<P, B>& params) const {
     return {params.gemm_weights(weight_).data, cfg_.out_features, cfg_.in_features, cfg_.in_features};
   }
@@ -133,7 +142,7 @@ class Linear {
 
   Config cfg_;
   ParamSlot weight_, bias_;
-  Tensor<T, B> out_, dx_;
+  Tensor<T, B> out_, dx_, dz_, z_;
   Tensor<gemm_type, B> x_cast_, dy_cast_;
   Matrix<const gemm_type> x_;
 };

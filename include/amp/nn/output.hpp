@@ -3,6 +3,7 @@
 // a loss seeds the producer's output gradient and asks it to run backward.
 #include <cstdint>
 
+#include "amp/backend/backend.hpp"
 #include "amp/core/span.hpp"
 #include "amp/policy.hpp"
 

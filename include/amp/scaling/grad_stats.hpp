@@ -44,7 +44,7 @@ struct CombineGradStats {
 // On the CPU an OpenMP SIMD reduction, which may reassociate the fp32 sum (a
 // generic reduction may not, and stays scalar): this check runs every step.
 template <class G>
-void grad_stats(Context<host>& ctx, Span<const G> grads, GradStats* out) {
+AMP_HOST_CLONES void grad_stats(Context<host>& ctx, Span<const G> grads, GradStats* out) {
   float sumsq = 0.0f, maxabs = 0.0f;
   int nonfinite = 0;
   const detail::GradStatsOf<G> map{grads.data};

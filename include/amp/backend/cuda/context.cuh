@@ -79,6 +79,7 @@ class Context<cuda> : public ContextBase<Context<cuda>> {
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
   cublasLtHandle_t cublaslt() const { return cublaslt_; }
+  void* cublas_workspace() const { return workspace_; }
   const DeviceCapability& capability() const { return capability_; }
   const std::string& device_name() const { return capability_.name; }
   int multiprocessors() const { return multiprocessors_; }

@@ -1,9 +1,14 @@
 #pragma once
-// GPU GEMM on cuBLAS. Element types map to cuBLAS data types at compile time;
-// fp32 accumulation (CUBLAS_COMPUTE_32F) everywhere, which for fp32 operands
-// means strict fp32 with no TF32 (the O0 contract).
+// GPU GEMM. A plain product goes to cublasGemmEx; one with an epilogue (bias,
+// relu/gelu, the bias gradient) to cuBLASLt, which fuses it into the GEMM's
+// pass with one rounding (BIAS, RELU_BIAS, GELU_AUX_BIAS, BGRADB). fp32
+// accumulation (CUBLAS_COMPUTE_32F) everywhere, which for fp32 operands means
+// strict fp32 with no TF32 (the O0 contract). Where cuBLASLt offers no
+// algorithm for a shape, the product goes to fp32 scratch and the same
+// epilogue runs as a kernel: still one rounding.
 #include <type_traits>
 
+#include "amp/backend/cuda/algorithm.cuh"
 #include "amp/backend/cuda/context.cuh"
 #include "amp/backend/gemm.hpp"
 #include "amp/core/numeric.hpp"
@@ -22,21 +27,161 @@ constexpr cudaDataType_t cuda_data_type() {
 }
 
 inline cublasOperation_t cublas_op(transpose t) { return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+// The epilogue as a kernel over an fp32 product (the fallback path).
+template <class TC>
+struct EpilogueOp {
+  const float* z;
+  TC* c;
+  std::int64_t n, ldc;
+  GemmEpilogue<TC> ep;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+    const std::int64_t r = static_cast<std::int64_t>(i) / n, j = static_cast<std::int64_t>(i) % n;
+    float v = z[i];
+    if (ep.beta != 0.0f) v += ep.beta * cast<float>(c[r * ldc + j]);
+    if (ep.bias) v += cast<float>(ep.bias[j]);
+    if (ep.pre_activation) ep.pre_activation[r * ldc + j] = cast<TC>(v);
+    c[r * ldc + j] = cast<TC>(apply(ep.act, v));
+  }
+};
+
+template <class T>
+struct AddIntoOp {
+  T* dst;
+  const T* src;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const { dst[i] = cast<T>(cast<float>(dst[i]) + cast<float>(src[i])); }
+};
+
+// grad_bias[i] += sum_k op(A)[i][k], for the fallback path.
+template <class T, class Out>
+struct RowSumOp {
+  Matrix<const T> a;
+  bool transposed;
+  std::int64_t k;
+  Out* out;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+    float acc = 0.0f;
+    for (std::int64_t p = 0; p < k; ++p) acc += cast<float>(transposed ? a(p, static_cast<std::int64_t>(i)) : a(static_cast<std::int64_t>(i), p));
+    out[i] = cast<Out>(cast<float>(out[i]) + acc);
+  }
+};
+
+template <class T>
+void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
+  AMP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof value));
+}
+
+inline cublasLtEpilogue_t lt_epilogue(bool bias, activation act, bool aux, bool grad_bias) {
+  if (grad_bias) return CUBLASLT_EPILOGUE_BGRADB;
+  if (act == activation::relu) return bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+  if (act == activation::gelu) {
+    if (aux) return bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    return bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+  }
+  return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+// cuBLASLt with a fused epilogue; false when it has no algorithm for this case.
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: operands swap,
+// so C's columns (our bias) are D's rows, and our A's k-sums are BGRADB's.
+template <class T, class TC>
+bool gemm_lt(Context<cuda>& ctx, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, Matrix<TC> c,
+             const GemmDims& d, const GemmEpilogue<TC>& ep, TC* grad_bias_out) {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  struct Release {
+    cublasLtMatmulDesc_t& desc;
+    cublasLtMatrixLayout_t &la, &lb, &lc;
+    cublasLtMatmulPreference_t& pref;
+    ~Release() {
+      if (pref) cublasLtMatmulPreferenceDestroy(pref);
+      if (lc) cublasLtMatrixLayoutDestroy(lc);
+      if (lb) cublasLtMatrixLayoutDestroy(lb);
+      if (la) cublasLtMatrixLayoutDestroy(la);
+      if (desc) cublasLtMatmulDescDestroy(desc);
+    }
+  } release{desc, la, lb, lc, pref};
+
+  AMP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, cublas_op(tb));
+  set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, cublas_op(ta));
+  const cublasLtEpilogue_t epilogue = lt_epilogue(ep.bias, ep.act, ep.pre_activation, grad_bias_out);
+  set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+  if (ep.bias || grad_bias_out) {
+    const void* bias = grad_bias_out ? static_cast<const void*>(grad_bias_out) : ep.bias;
+    set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+    set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(cuda_data_type<TC>()));
+  }
+  if (ep.pre_activation) {
+    set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(ep.pre_activation));
+    set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.ld);
+  }
+  // Layouts of the column-major views: cuBLAS's A is our B, its B our A.
+  AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, cuda_data_type<T>(), static_cast<std::uint64_t>(b.cols),
+                                              static_cast<std::uint64_t>(b.rows), b.ld));
+  AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, cuda_data_type<T>(), static_cast<std::uint64_t>(a.cols),
+                                              static_cast<std::uint64_t>(a.rows), a.ld));
+  AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, cuda_data_type<TC>(), static_cast<std::uint64_t>(d.n),
+                                              static_cast<std::uint64_t>(d.m), c.ld));
+  AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const std::uint64_t workspace = Context<cuda>::cublas_workspace_bytes;
+  AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                        sizeof workspace));
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  if (cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), desc, la, lb, lc, lc, pref, 1, &heuristic, &found) !=
+          CUBLAS_STATUS_SUCCESS ||
+      found == 0)
+    return false;
+  AMP_CUBLAS_CHECK(cublasLtMatmul(ctx.cublaslt(), desc, &ep.alpha, b.data, la, a.data, lb, &ep.beta, c.data, lc,
+                                  c.data, lc, &heuristic.algo, ctx.cublas_workspace(), workspace, ctx.stream()));
+  return true;
+}
 }  // namespace detail
 
-template <class Acc = float, class TA, class TB, class TC>
+template <class TA, class TB, class TC>
 void gemm(Context<cuda>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB> b, transpose tb, Matrix<TC> c,
-          float alpha = 1.0f, float beta = 0.0f) {
-  static_assert(std::is_same_v<Acc, float>, "cuda gemm accumulates in fp32");
+          const GemmEpilogue<TC>& ep = {}) {
   const GemmDims d = gemm_dims(a, ta, b, tb, c);
   if (d.m == 0 || d.n == 0) return;
-  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap operands.
+  check_epilogue(ep);
+  if (ep.plain()) {
+    // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap operands.
+    AMP_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(d.n),
+                                  static_cast<int>(d.m), static_cast<int>(d.k), &ep.alpha, b.data,
+                                  detail::cuda_data_type<TB>(), static_cast<int>(b.ld), a.data,
+                                  detail::cuda_data_type<TA>(), static_cast<int>(a.ld), &ep.beta, c.data,
+                                  detail::cuda_data_type<TC>(), static_cast<int>(c.ld), CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  // BGRADB writes (does not add) the bias gradient: into scratch, then added.
+  TC* grad_bias = ep.grad_bias ? ctx.scratch<TC>(scratch_slot::bias_grad, static_cast<std::size_t>(d.m)) : nullptr;
+  if (detail::gemm_lt(ctx, a, ta, b, tb, c, d, ep, grad_bias)) {
+    if (grad_bias) for_each(ctx, static_cast<std::size_t>(d.m), detail::AddIntoOp<TC>{ep.grad_bias, grad_bias});
+    return;
+  }
+  // No fused algorithm: fp32 product in scratch, then the epilogue kernel.
+  if (ep.grad_bias)
+    for_each(ctx, static_cast<std::size_t>(d.m),
+             detail::RowSumOp<TA, TC>{a, ta == transpose::yes, d.k, ep.grad_bias});
+  float* z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(d.m * d.n));
+  const float zero = 0.0f;
   AMP_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(d.n),
-                                static_cast<int>(d.m), static_cast<int>(d.k), &alpha, b.data,
+                                static_cast<int>(d.m), static_cast<int>(d.k), &ep.alpha, b.data,
                                 detail::cuda_data_type<TB>(), static_cast<int>(b.ld), a.data,
-                                detail::cuda_data_type<TA>(), static_cast<int>(a.ld), &beta, c.data,
-                                detail::cuda_data_type<TC>(), static_cast<int>(c.ld), CUBLAS_COMPUTE_32F,
-                                CUBLAS_GEMM_DEFAULT));
+                                detail::cuda_data_type<TA>(), static_cast<int>(a.ld), &zero, z, CUDA_R_32F,
+                                static_cast<int>(d.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  GemmEpilogue<TC> rest = ep;
+  rest.grad_bias = nullptr;
+  for_each(ctx, static_cast<std::size_t>(d.m * d.n), detail::EpilogueOp<TC>{z, c.data, d.n, c.ld, rest});
+}
+
+template <class TA, class TB, class TC>
+void gemm(Context<cuda>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB> b, transpose tb, Matrix<TC> c,
+          float alpha, float beta = 0.0f) {
+  gemm(ctx, a, ta, b, tb, c, GemmEpilogue<TC>{.alpha = alpha, .beta = beta});
 }
 
 }  // namespace amp

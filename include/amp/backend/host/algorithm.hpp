@@ -1,9 +1,13 @@
 #pragma once
 // The host twins of the CUDA launches: the same functor, run in an OpenMP loop.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include "amp/backend/host/context.hpp"
+#include "amp/backend/host/convert.hpp"
+#include "amp/core/error.hpp"
+#include "amp/core/span.hpp"
 
 namespace amp {
 
@@ -16,16 +20,30 @@ inline constexpr std::size_t host_reduce_chunk = 4096;
 
 // f(i) for every i in [0, n).
 template <class F>
-void for_each(Context<host>& ctx, std::size_t n, F f) {
+AMP_HOST_CLONES void for_each(Context<host>& ctx, std::size_t n, F f) {
   const auto count = static_cast<std::int64_t>(n);
 #pragma omp parallel for num_threads(ctx.threads()) schedule(static) if (count >= detail::host_parallel_threshold)
   for (std::int64_t i = 0; i < count; ++i) f(static_cast<std::size_t>(i));
 }
 
+// out[i] = cast<To>(in[i]) in parallel chunks, with the CPU's conversion
+// instructions (convert.hpp); the same bits as the per-element cast.
+template <class From, class To>
+void convert(Context<host>& ctx, Span<const From> in, Span<To> out) {
+  AMP_REQUIRE(in.size == out.size, "convert: ", in.size, " elements into ", out.size);
+  constexpr std::size_t chunk = 1 << 14;
+  const auto chunks = static_cast<std::int64_t>((in.size + chunk - 1) / chunk);
+#pragma omp parallel for num_threads(ctx.threads()) schedule(static) if (chunks > 1)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::size_t begin = static_cast<std::size_t>(c) * chunk;
+    detail::convert_n(in.data + begin, out.data + begin, std::min(chunk, in.size - begin));
+  }
+}
+
 // *out = combine(... combine(init, map(0)) ..., map(n-1)), written to `out`
 // (host memory here, device memory on the CUDA twin) so no caller has to sync.
 template <class T, class Map, class Combine>
-void transform_reduce(Context<host>& ctx, std::size_t n, Map map, Combine combine, T init, T* out) {
+AMP_HOST_CLONES void transform_reduce(Context<host>& ctx, std::size_t n, Map map, Combine combine, T init, T* out) {
   const std::size_t chunk = detail::host_reduce_chunk;
   const std::size_t chunks = (n + chunk - 1) / chunk;
   if (chunks <= 1) {

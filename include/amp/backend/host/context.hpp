@@ -3,12 +3,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
+#include <string>
 
 #include "amp/backend/backend.hpp"
+#include "amp/backend/host/cpu.hpp"
 
 namespace amp {
 
@@ -17,15 +15,14 @@ class Context<host> : public ContextBase<Context<host>> {
  public:
   static constexpr std::size_t alignment = 64;  // one cache line, one AVX-512 vector
 
-  // threads = 0: all the threads OpenMP offers.
-  explicit Context(int threads = 0) : threads_(threads > 0 ? threads : default_threads()) {}
+  // threads = 0: AMP_NUM_THREADS or OMP_NUM_THREADS if set, else the CPUs
+  // that are idle when the first context is made (see default_host_threads).
+  explicit Context(int threads = 0) : threads_(threads > 0 ? threads : detail::default_host_threads()) {}
   ~Context() { release_scratch(); }
 
   int threads() const { return threads_; }
-  // bf16 GEMMs on AMX where the CPU has it (default); off: widen to fp32 and sgemm.
-  bool native_bf16() const { return native_bf16_; }
-  void set_native_bf16(bool on) { native_bf16_ = on; }
   std::string_view device_name() const { return "cpu"; }
+  const std::string& cpu_name() const { return detail::host_cpu().name; }
 
   void synchronize() {}
 
@@ -38,13 +35,6 @@ class Context<host> : public ContextBase<Context<host>> {
  private:
   friend class ContextBase<Context<host>>;
 
-  static int default_threads() {
-#if defined(_OPENMP)
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
-  }
   void* raw_allocate(std::size_t bytes) {
     const std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
     void* p = std::aligned_alloc(alignment, rounded);
@@ -54,7 +44,6 @@ class Context<host> : public ContextBase<Context<host>> {
   void raw_free(void* p) { std::free(p); }
 
   int threads_;
-  bool native_bf16_ = true;
 };
 
 }  // namespace amp

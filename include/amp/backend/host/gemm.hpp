@@ -1,73 +1,131 @@
 #pragma once
-// Host GEMM on a real CBLAS. Low-precision operands are widened to fp32 (exact)
-// and multiplied with fp32 accumulation: the numerical contract of the GPU path.
-// bf16 runs natively where the CPU has AVX512-BF16 (gemm_bf16.hpp).
+// Host GEMM on oneDNN: fp32 through dnnl_sgemm, bf16 through its bf16 GEMM with
+// fp32 accumulation (AVX512-BF16 / AMX kernels where the CPU has them), fp16
+// widened to fp32 by the conversion instructions and multiplied by sgemm
+// (oneDNN 2.x has no fp16 GEMM for CPUs without AVX512-FP16). The epilogue adds
+// the bias and applies the activation in fp32, then rounds into C once.
+#include <algorithm>
 #include <type_traits>
 
-#include <cblas.h>
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
 
 #include "amp/backend/gemm.hpp"
 #include "amp/backend/host/algorithm.hpp"
-#include "amp/backend/host/gemm_bf16.hpp"
+#include "amp/backend/host/onednn.hpp"
 #include "amp/core/numeric.hpp"
 
 namespace amp {
 
 namespace detail {
-// Contiguous fp32 copy of a (possibly strided) matrix in a scratch slot.
-template <class T>
-Matrix<const float> widen(Context<host>& ctx, Matrix<const T> x, scratch_slot slot) {
-  if constexpr (std::is_same_v<T, float>) {
-    return x;
+// A contiguous fp32 copy of a (possibly strided) fp16 matrix in a scratch slot.
+inline Matrix<const float> widen(Context<host>& ctx, Matrix<const half> x, scratch_slot slot) {
+  float* out = ctx.scratch<float>(slot, static_cast<std::size_t>(x.rows * x.cols));
+  if (x.contiguous()) {
+    convert(ctx, x.span(), Span<float>(out, static_cast<std::size_t>(x.size())));
   } else {
-    float* out = ctx.scratch<float>(slot, static_cast<std::size_t>(x.rows * x.cols));
-    if (x.contiguous()) {  // the common case: a flat, vectorisable pass with no index arithmetic
-      for_each(ctx, static_cast<std::size_t>(x.rows * x.cols), [=](std::size_t i) { out[i] = cast<float>(x.data[i]); });
-    } else {
-      for_each(ctx, static_cast<std::size_t>(x.rows), [=](std::size_t r) {
-        for (std::int64_t c = 0; c < x.cols; ++c) out[r * x.cols + c] = cast<float>(x.data[r * x.ld + c]);
-      });
-    }
-    return {out, x.rows, x.cols, x.cols};
+    for (std::int64_t r = 0; r < x.rows; ++r) convert_n(x.data + r * x.ld, out + r * x.cols, static_cast<std::size_t>(x.cols));
+  }
+  return {out, x.rows, x.cols, x.cols};
+}
+
+inline void check_onednn(onednn::status status, const char* what, const GemmDims& d) {
+  AMP_REQUIRE(status == 0, "oneDNN ", what, " failed (status ", status, ") on a ", d.m, "x", d.n, "x", d.k,
+              " product");
+}
+
+// c = alpha op(A) op(B) + beta c in fp32, on oneDNN.
+template <class T>
+void multiply_fp32(Context<host>& ctx, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, float* c,
+                   std::int64_t ldc, const GemmDims& d, float alpha, float beta) {
+#if defined(_OPENMP)
+  if (omp_get_max_threads() != ctx.threads()) omp_set_num_threads(ctx.threads());  // oneDNN's thread count
+#endif
+  const char opa = ta == transpose::yes ? 'T' : 'N', opb = tb == transpose::yes ? 'T' : 'N';
+  if constexpr (std::is_same_v<T, float>) {
+    check_onednn(onednn::sgemm(opa, opb, d.m, d.n, d.k, alpha, a.data, a.ld, b.data, b.ld, beta, c, ldc), "sgemm", d);
+  } else if constexpr (std::is_same_v<T, bfloat16>) {
+    check_onednn(onednn::gemm_bf16bf16f32(opa, opb, d.m, d.n, d.k, alpha, reinterpret_cast<const std::uint16_t*>(a.data),
+                                          a.ld, reinterpret_cast<const std::uint16_t*>(b.data), b.ld, beta, c, ldc),
+                 "bf16 gemm", d);
+  } else {
+    static_assert(std::is_same_v<T, half>, "host gemm: fp32, fp16 or bf16 inputs");
+    multiply_fp32(ctx, widen(ctx, a, scratch_slot::gemm_a), ta, widen(ctx, b, scratch_slot::gemm_b), tb, c, ldc, d,
+                  alpha, beta);
   }
 }
 
-inline CBLAS_TRANSPOSE cblas_op(transpose t) { return t == transpose::yes ? CblasTrans : CblasNoTrans; }
+// Z += beta C + bias; pre = Z (if asked); C = act(Z), rounded once, a row at a time.
+template <class TC>
+AMP_HOST_CLONES void gemm_epilogue(Context<host>& ctx, float* z, std::int64_t ldz, Matrix<TC> c, float beta,
+                                   const GemmEpilogue<TC>& ep) {
+  const std::int64_t rows = c.rows, n = c.cols;
+#pragma omp parallel for num_threads(ctx.threads()) schedule(static) if (rows * n >= host_parallel_threshold)
+  for (std::int64_t r = 0; r < rows; ++r) {
+    float* zr = z + r * ldz;
+    TC* cr = c.data + r * c.ld;
+    if (beta != 0.0f)
+      for (std::int64_t j = 0; j < n; ++j) zr[j] += beta * cast<float>(cr[j]);
+    if (ep.bias)
+      for (std::int64_t j = 0; j < n; ++j) zr[j] += cast<float>(ep.bias[j]);
+    if (ep.pre_activation) convert_n(zr, ep.pre_activation + r * c.ld, static_cast<std::size_t>(n));
+    if (ep.act == activation::relu)
+      for (std::int64_t j = 0; j < n; ++j) zr[j] = ReluFn::forward(zr[j]);
+    else if (ep.act == activation::gelu)
+      for (std::int64_t j = 0; j < n; ++j) zr[j] = GeluFn::forward(zr[j]);
+    if constexpr (!std::is_same_v<TC, float>) convert_n(zr, cr, static_cast<std::size_t>(n));
+  }
+}
+
+// grad_bias[i] += sum_k op(A)[i][k], summed in fp32 and rounded once.
+template <class T, class Out>
+AMP_HOST_CLONES void add_row_sums(Context<host>& ctx, Matrix<const T> a, transpose ta, const GemmDims& d, Out* grad_bias) {
+  if (ta == transpose::no) {  // rows of A
+    for (std::int64_t i = 0; i < d.m; ++i) {
+      float acc = 0.0f;
+      for (std::int64_t k = 0; k < d.k; ++k) acc += cast<float>(a(i, k));
+      grad_bias[i] = cast<Out>(cast<float>(grad_bias[i]) + acc);
+    }
+    return;
+  }
+  // columns of A (A is K x M): walk its rows in order, one fp32 sum per column.
+  float* acc = ctx.scratch<float>(scratch_slot::bias_grad, static_cast<std::size_t>(d.m));
+  std::fill(acc, acc + d.m, 0.0f);
+  for (std::int64_t k = 0; k < d.k; ++k)
+    for (std::int64_t i = 0; i < d.m; ++i) acc[i] += cast<float>(a(k, i));
+  for (std::int64_t i = 0; i < d.m; ++i) grad_bias[i] = cast<Out>(cast<float>(grad_bias[i]) + acc[i]);
+}
 }  // namespace detail
 
-template <class Acc = float, class TA, class TB, class TC>
+template <class TA, class TB, class TC>
 void gemm(Context<host>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB> b, transpose tb, Matrix<TC> c,
-          float alpha = 1.0f, float beta = 0.0f) {
-  static_assert(std::is_same_v<Acc, float>, "host gemm accumulates in fp32");
+          const GemmEpilogue<TC>& ep = {}) {
   const GemmDims d = gemm_dims(a, ta, b, tb, c);
   if (d.m == 0 || d.n == 0) return;
-  if constexpr (std::is_same_v<TA, bfloat16>) {
-    if (detail::gemm_bf16_native(ctx, a, ta, b, tb, c, d, alpha, beta)) return;
-  }
-  const Matrix<const float> wa = detail::widen(ctx, a, scratch_slot::gemm_a);
-  const Matrix<const float> wb = detail::widen(ctx, b, scratch_slot::gemm_b);
+  check_epilogue(ep);
+  if (ep.grad_bias) detail::add_row_sums(ctx, a, ta, d, ep.grad_bias);
+
+  // The fp32 product: straight into C when C is fp32, else into scratch.
+  float* z = nullptr;
+  std::int64_t ldz = 0;
   if constexpr (std::is_same_v<TC, float>) {
-    cblas_sgemm(CblasRowMajor, detail::cblas_op(ta), detail::cblas_op(tb), static_cast<int>(d.m),
-                static_cast<int>(d.n), static_cast<int>(d.k), alpha, wa.data, static_cast<int>(wa.ld), wb.data,
-                static_cast<int>(wb.ld), beta, c.data, static_cast<int>(c.ld));
+    z = c.data, ldz = c.ld;
+    detail::multiply_fp32(ctx, a, ta, b, tb, z, ldz, d, ep.alpha, ep.beta);
+    if (!ep.bias && ep.act == activation::none && !ep.pre_activation) return;
   } else {
-    // fp32 result first, then one rounding into C (beta reads the old C in fp32).
-    const Matrix<float> wc{ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(d.m * d.n)), d.m, d.n,
-                           d.n};
-    cblas_sgemm(CblasRowMajor, detail::cblas_op(ta), detail::cblas_op(tb), static_cast<int>(d.m),
-                static_cast<int>(d.n), static_cast<int>(d.k), alpha, wa.data, static_cast<int>(wa.ld), wb.data,
-                static_cast<int>(wb.ld), 0.0f, wc.data, static_cast<int>(wc.ld));
-    const std::int64_t n = d.n;
-    for_each(ctx, static_cast<std::size_t>(d.m), [=](std::size_t r) {
-      TC* out = c.data + static_cast<std::int64_t>(r) * c.ld;
-      const float* in = wc.data + static_cast<std::int64_t>(r) * n;
-      if (beta == 0.0f) {
-        for (std::int64_t j = 0; j < n; ++j) out[j] = cast<TC>(in[j]);
-      } else {
-        for (std::int64_t j = 0; j < n; ++j) out[j] = cast<TC>(in[j] + beta * cast<float>(out[j]));
-      }
-    });
+    z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(d.m * d.n)), ldz = d.n;
+    detail::multiply_fp32(ctx, a, ta, b, tb, z, ldz, d, ep.alpha, 0.0f);
   }
+  // Epilogue, a row at a time: Z += beta C + bias; keep Z if asked; C = act(Z), rounded once.
+  detail::gemm_epilogue(ctx, z, ldz, c, std::is_same_v<TC, float> ? 0.0f : ep.beta, ep);
+}
+
+// The older call form: C = alpha op(A) op(B) + beta C.
+template <class TA, class TB, class TC>
+void gemm(Context<host>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB> b, transpose tb, Matrix<TC> c,
+          float alpha, float beta = 0.0f) {
+  gemm(ctx, a, ta, b, tb, c, GemmEpilogue<TC>{.alpha = alpha, .beta = beta});
 }
 
 }  // namespace amp

@@ -1,7 +1,7 @@
 // 01_fashion_mnist: the main job. An MLP 784-256-128-10 (ReLU, softmax
 // cross-entropy) trained on the real Fashion-MNIST at each opt level, with test
-// accuracy, speed and memory by category side by side, a per-step CSV and an
-// SVG plot of the loss curves and the loss scale.
+// accuracy, speed and memory by category side by side, and a JSON summary and a
+// per-step CSV that scripts/plot.py draws.
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,7 +18,6 @@
 
 #include "common/args.hpp"
 #include "common/levels.hpp"
-#include "common/svg_plot.hpp"
 
 namespace {
 
@@ -68,9 +67,9 @@ LevelResult train(amp::Context<B>& ctx, const amp::data::LabelledImages& train_s
                   const amp::data::LabelledImages& test_set, const Settings& s) {
   using T = typename P::activation_type;
   namespace nn = amp::nn;
-  nn::Sequential<P, B, nn::Linear, nn::ReLU, nn::Linear, nn::ReLU, nn::Linear> model(
-      ctx, {.max_batch = s.batch, .seed = s.seed}, {.in_features = 784, .out_features = 256}, {},
-      {.in_features = 256, .out_features = 128}, {}, {.in_features = 128, .out_features = 10});
+  nn::Sequential<P, B, nn::Linear, nn::Linear, nn::Linear> model(
+      ctx, {.max_batch = s.batch, .seed = s.seed}, {.in_features = 784, .out_features = 256, .act = amp::activation::relu},
+      {.in_features = 256, .out_features = 128, .act = amp::activation::relu}, {.in_features = 128, .out_features = 10});
   Opt opt = [&] {
     if constexpr (std::is_same_v<Opt, amp::optim::SGD<P, B>>)
       return Opt(model.parameters(), {.lr = s.lr, .momentum = 0.9f});
@@ -204,8 +203,7 @@ int main(int argc, char** argv) try {
       .flag("seed", "1", "seed of the initialisation and the shuffling")
       .flag("train-subset", "0", "train on the first N images only (0: all 60000)")
       .flag("json", "", "write the summary as JSON to this file")
-      .flag("csv", "", "write every step (level, epoch, step, loss, loss scale, skipped) to this CSV file")
-      .flag("plot", "", "draw the loss curves and the loss scale into this SVG file");
+      .flag("csv", "", "write every step (level, epoch, step, loss, loss scale, skipped) to this CSV file");
   if (!args.parse(argc, argv)) return 0;
   const Settings s{args.str("optimizer"), args.real("lr"), args.integer("batch-size"),
                    static_cast<int>(args.integer("epochs")), static_cast<std::uint64_t>(args.integer("seed")),
@@ -230,15 +228,10 @@ int main(int argc, char** argv) try {
   for (const auto& level : levels) {
     examples::with_policy(level, [&]<amp::Policy P>() {
       // A fresh context per level, so that peak memory is that level's own.
-      if (gpu) {
-        amp::Context<amp::cuda> ctx;
+      examples::with_context(gpu, [&]<amp::Backend B>(amp::Context<B>& ctx) {
         device = examples::device_label(ctx);
         results.push_back(run_level<P>(ctx, train_set, test_set, s));
-      } else {
-        amp::Context<amp::host> ctx;
-        device = examples::device_label(ctx);
-        results.push_back(run_level<P>(ctx, train_set, test_set, s));
-      }
+      });
     });
   }
 
@@ -292,17 +285,6 @@ int main(int argc, char** argv) try {
       for (const auto& l : r.log) c << r.level << "," << l.epoch << "," << l.step << "," << l.loss << "," << l.scale << "," << l.skipped << "\n";
     amp::io::write_file_atomically(args.str("csv"), c.str());
     std::printf("wrote %s\n", args.str("csv").c_str());
-  }
-  if (!args.str("plot").empty()) {
-    examples::Panel loss{"training loss (per step)", false, {}}, scale{"loss scale", true, {}};
-    for (const auto& r : results) {
-      examples::Series l{r.level, {}}, sc{r.level, {}};
-      for (const auto& e : r.log) l.y.push_back(e.loss), sc.y.push_back(e.scale);
-      loss.series.push_back(std::move(l));
-      scale.series.push_back(std::move(sc));
-    }
-    amp::io::write_file_atomically(args.str("plot"), examples::svg_plot("Fashion-MNIST MLP on " + device + ": opt levels side by side", {loss, scale}));
-    std::printf("plot: %s\n", args.str("plot").c_str());
   }
   return 0;
 } catch (const std::exception& e) {

@@ -120,13 +120,7 @@ int main(int argc, char** argv) try {
         tolerances.push_back(tolerance<P>());
       });
   };
-  if (examples::use_gpu(args.str("device"))) {
-    amp::Context<amp::cuda> ctx;
-    run_all(ctx);
-  } else {
-    amp::Context<amp::host> ctx;
-    run_all(ctx);
-  }
+  examples::with_context(examples::use_gpu(args.str("device")), run_all);
 
   std::printf("seed_linear on %s: N=%lld, D_in=%lld, D_out=%lld, %d iterations\n", device.c_str(),
               static_cast<long long>(N), static_cast<long long>(D_in), static_cast<long long>(D_out), iterations);
