@@ -13,11 +13,10 @@ echo "test suite built in $(( $(date +%s) - start )) s"
 status=0
 (cd "$AMP_BUILD" && ctest -j "$AMP_JOBS" --output-on-failure) || status=$?
 
-# ctest says that a test was skipped; the test itself said why.
+# ctest says that a test was skipped; the test itself said why: one line per reason.
 log="$AMP_BUILD/Testing/Temporary/LastTest.log"
 if [ -f "$log" ] && grep -q '^\[amp-skip\]' "$log"; then
-  echo "skipped tests and why:"
-  awk '/^[0-9]+\/[0-9]+ Testing: /{ name = substr($0, index($0, "Testing: ") + 9) }
-       /^\[amp-skip\]/{ print "  " name ": " substr($0, 12) }' "$log"
+  echo "skipped tests, by reason:"
+  grep '^\[amp-skip\]' "$log" | sort | uniq -c | sed 's/\[amp-skip\] //; s/^ */  /; s/^\(  [0-9]*\) /\1 tests: /'
 fi
 exit $status

@@ -14,40 +14,50 @@
 #include <amp/amp.hpp>
 #include <amp/data/idx.hpp>
 #include <amp/data/loader.hpp>
-#include <amp/io/atomic_file.hpp>
 
 #include "common/args.hpp"
+#include "common/json.hpp"
 #include "common/levels.hpp"
+#include "common/run.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr float kMean = 0.2860f, kStd = 0.3530f;  // Fashion-MNIST pixel statistics
+constexpr std::int64_t kClasses = 10;
 
 struct Settings {
-  std::string optimizer;
-  float lr;
-  std::int64_t batch;
-  int epochs;
-  std::uint64_t seed;
-  bool tty;
+  std::string model = "mlp", optimizer, data;
+  float lr = 0, momentum = 0;
+  std::int64_t batch = 0, train_subset = 0;
+  int epochs = 0, threads = 0;
+  std::uint64_t seed = 0;
+  bool tty = false;
 };
 
 struct StepLog {
-  int epoch;
-  std::int64_t step;
+  int epoch;  // from 1, as on the console
   float loss, scale;
-  int skipped;
+  int skipped;  // this step
+};
+
+struct EpochLog {
+  int epoch;
+  double seconds, train_loss, test_accuracy;
+  long long skipped, skipped_total;
+  float scale;
 };
 
 struct LevelResult {
   std::string level;
+  bool finished = false;
   double accuracy = 0, epoch_seconds = 0, samples_per_second = 0;
   std::size_t peak[static_cast<int>(amp::memory_kind::count)] = {};
   std::size_t peak_total = 0;
   long long skipped = 0, allocations_in_loop = 0;
   float final_scale = 0;
-  std::vector<StepLog> log;
+  std::vector<EpochLog> epochs;
+  std::vector<StepLog> steps;
 };
 
 // Per-step record kept on the device, downloaded once per epoch.
@@ -62,17 +72,47 @@ struct RecordStepOp {
   AMP_HOST_DEVICE void operator()(std::size_t) const { *out = {loss->value, scaler->scale, scaler->skipped}; }
 };
 
+// Test accuracy: argmax of the logits, on the host.
+template <class Model, amp::Backend B, class Loader>
+double accuracy(amp::Context<B>& ctx, Model& model, Loader& test_data) {
+  std::int64_t correct = 0;
+  for (std::int64_t b = 0; b < test_data.batches(); ++b) {
+    const auto batch = test_data.batch(b);
+    const auto out = model.forward(ctx, batch.x);
+    const auto logits = amp::download(ctx, out.value.span());
+    const auto labels = amp::download(ctx, batch.labels);
+    for (std::int64_t row = 0; row < out.rows(); ++row) {
+      std::int64_t best = 0;
+      for (std::int64_t c = 1; c < kClasses; ++c)
+        if (amp::cast<float>(logits[row * kClasses + c]) > amp::cast<float>(logits[row * kClasses + best])) best = c;
+      correct += best == labels[static_cast<std::size_t>(row)];
+    }
+  }
+  return static_cast<double>(correct) / static_cast<double>(test_data.size());
+}
+
+void progress(const Settings& s, const std::string& level, int epoch, std::int64_t b, std::int64_t batches,
+              double seconds, float loss, float scale) {
+  const int filled = static_cast<int>(20 * (b + 1) / batches);
+  std::printf("\r  %-7s %2d/%-2d [%s%s] %4lld/%-4lld %7.0f/s loss %.4f scale %-8g", level.c_str(), epoch, s.epochs,
+              std::string(filled, '#').c_str(), std::string(20 - filled, '.').c_str(), static_cast<long long>(b + 1),
+              static_cast<long long>(batches), (b + 1) * s.batch / std::max(seconds, 1e-9), loss, scale);
+  std::fflush(stdout);
+}
+
 template <amp::Policy P, amp::Backend B, class Opt>
 LevelResult train(amp::Context<B>& ctx, const amp::data::LabelledImages& train_set,
                   const amp::data::LabelledImages& test_set, const Settings& s) {
   using T = typename P::activation_type;
   namespace nn = amp::nn;
   nn::Sequential<P, B, nn::Linear, nn::Linear, nn::Linear> model(
-      ctx, {.max_batch = s.batch, .seed = s.seed}, {.in_features = 784, .out_features = 256, .act = amp::activation::relu},
-      {.in_features = 256, .out_features = 128, .act = amp::activation::relu}, {.in_features = 128, .out_features = 10});
+      ctx, {.max_batch = s.batch, .seed = s.seed},
+      {.in_features = 784, .out_features = 256, .act = amp::activation::relu},
+      {.in_features = 256, .out_features = 128, .act = amp::activation::relu},
+      {.in_features = 128, .out_features = kClasses});
   Opt opt = [&] {
     if constexpr (std::is_same_v<Opt, amp::optim::SGD<P, B>>)
-      return Opt(model.parameters(), {.lr = s.lr, .momentum = 0.9f});
+      return Opt(model.parameters(), {.lr = s.lr, .momentum = s.momentum});
     else
       return Opt(model.parameters(), {.lr = s.lr});
   }();
@@ -84,11 +124,12 @@ LevelResult train(amp::Context<B>& ctx, const amp::data::LabelledImages& train_s
   r.level = std::string(amp::policy_name<P>());
   std::vector<double> epoch_times;
   std::size_t allocations_after_first_step = 0;
-  for (int epoch = 0; epoch < s.epochs; ++epoch) {
+  for (int epoch = 1; epoch <= s.epochs; ++epoch) {
     ctx.synchronize();
     const auto start = Clock::now();
     train_data.start_epoch();
     for (std::int64_t b = 0; b < train_data.batches(); ++b) {
+      if (examples::interrupted()) return r;  // not finished: the caller keeps only finished levels
       const auto batch = train_data.batch(b);
       auto loss = nn::cross_entropy(ctx, model.forward(ctx, batch.x), batch.labels);
       opt.zero_grad();
@@ -98,62 +139,42 @@ LevelResult train(amp::Context<B>& ctx, const amp::data::LabelledImages& train_s
       }
       opt.step();
       amp::for_each(ctx, 1, RecordStepOp{records.data() + b, loss.value_ptr(), opt.scaler().state()});
-      if (epoch == 0 && b == 0) allocations_after_first_step = ctx.memory().allocations();
+      if (epoch == 1 && b == 0) allocations_after_first_step = ctx.memory().allocations();
       if (s.tty && (b % 25 == 0 || b + 1 == train_data.batches())) {
         const StepRecord rec = amp::download_one(ctx, static_cast<const StepRecord*>(records.data() + b));
-        const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-        const int filled = static_cast<int>(30 * (b + 1) / train_data.batches());
-        std::printf("\r  %-8s epoch %2d/%d [%s%s] %4lld/%lld  %8.0f samples/s  loss %.4f  scale %g   ",
-                    r.level.c_str(), epoch + 1, s.epochs, std::string(filled, '#').c_str(),
-                    std::string(30 - filled, '.').c_str(), static_cast<long long>(b + 1),
-                    static_cast<long long>(train_data.batches()), (b + 1) * s.batch / std::max(secs, 1e-9), rec.loss,
-                    rec.scale);
-        std::fflush(stdout);
+        progress(s, r.level, epoch, b, train_data.batches(),
+                 std::chrono::duration<double>(Clock::now() - start).count(), rec.loss, rec.scale);
       }
     }
     ctx.synchronize();
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     epoch_times.push_back(secs);
     const auto recs = amp::download(ctx, amp::Span<const StepRecord>(records.span()));
+    double loss_sum = 0;
     for (std::size_t i = 0; i < recs.size(); ++i) {
       const long long before = i ? recs[i - 1].skipped : r.skipped;
-      r.log.push_back({epoch, static_cast<std::int64_t>(r.log.size()), recs[i].loss, recs[i].scale,
-                       static_cast<int>(recs[i].skipped - before)});
+      r.steps.push_back({epoch, recs[i].loss, recs[i].scale, static_cast<int>(recs[i].skipped - before)});
+      loss_sum += recs[i].loss;
     }
-    r.skipped = recs.back().skipped;
-    double mean_loss = 0;
-    for (const auto& rec : recs) mean_loss += rec.loss;
-    mean_loss /= static_cast<double>(recs.size());
-    if (s.tty) std::printf("\r");
-    std::printf("  %-8s epoch %2d/%d  %.2f s  %8.0f samples/s  mean loss %.4f  scale %g  skipped %lld%s\n",
-                r.level.c_str(), epoch + 1, s.epochs, secs, train_data.size() / secs, mean_loss, recs.back().scale,
-                r.skipped, s.tty ? "                    " : "");
+    const EpochLog e{epoch, secs, loss_sum / static_cast<double>(recs.size()), accuracy(ctx, model, test_data),
+                     recs.back().skipped - r.skipped, recs.back().skipped, recs.back().scale};
+    r.epochs.push_back(e);
+    r.skipped = e.skipped_total;
+    std::printf("%s  %-7s %2d/%-2d %6.2f s %7.0f/s loss %.4f acc %.4f skipped %lld (total %lld)%s\n",
+                s.tty ? "\r" : "", r.level.c_str(), epoch, s.epochs, secs, train_data.size() / secs, e.train_loss,
+                e.test_accuracy, e.skipped, e.skipped_total, s.tty ? "   " : "");
     std::fflush(stdout);
   }
   r.allocations_in_loop = static_cast<long long>(ctx.memory().allocations() - allocations_after_first_step);
-
-  // Test accuracy: argmax of the logits, on the host.
-  std::int64_t correct = 0;
-  for (std::int64_t b = 0; b < test_data.batches(); ++b) {
-    const auto batch = test_data.batch(b);
-    const auto out = model.forward(ctx, batch.x);
-    const auto logits = amp::download(ctx, out.value.span());
-    const auto labels = amp::download(ctx, batch.labels);
-    for (std::int64_t row = 0; row < out.rows(); ++row) {
-      int best = 0;
-      for (int c = 1; c < 10; ++c)
-        if (amp::cast<float>(logits[row * 10 + c]) > amp::cast<float>(logits[row * 10 + best])) best = c;
-      correct += best == labels[static_cast<std::size_t>(row)];
-    }
-  }
-  r.accuracy = static_cast<double>(correct) / static_cast<double>(test_data.size());
+  r.accuracy = r.epochs.back().test_accuracy;
   std::sort(epoch_times.begin(), epoch_times.end());
   r.epoch_seconds = epoch_times[epoch_times.size() / 2];
   r.samples_per_second = static_cast<double>(train_data.size()) / r.epoch_seconds;
   for (int k = 0; k < static_cast<int>(amp::memory_kind::count); ++k)
     r.peak[k] = ctx.memory().peak(static_cast<amp::memory_kind>(k));
   r.peak_total = ctx.memory().peak_total();
-  r.final_scale = r.log.back().scale;
+  r.final_scale = r.epochs.back().scale;
+  r.finished = true;
   return r;
 }
 
@@ -162,8 +183,7 @@ LevelResult run_level(amp::Context<B>& ctx, const amp::data::LabelledImages& tr,
                       const Settings& s) {
   if (s.optimizer == "sgd") return train<P, B, amp::optim::SGD<P, B>>(ctx, tr, te, s);
   if (s.optimizer == "adam") return train<P, B, amp::optim::Adam<P, B>>(ctx, tr, te, s);
-  if (s.optimizer == "adamw") return train<P, B, amp::optim::AdamW<P, B>>(ctx, tr, te, s);
-  amp::fail("unknown --optimizer '", s.optimizer, "' (expected sgd|adam|adamw)");
+  return train<P, B, amp::optim::AdamW<P, B>>(ctx, tr, te, s);
 }
 
 std::string data_file(const std::string& dir, const std::string& name) {
@@ -173,82 +193,36 @@ std::string data_file(const std::string& dir, const std::string& name) {
             "or point --data at a folder with the IDX files)");
 }
 
-// The first n samples (n <= 0: all).
+// The first n samples (n = 0: all).
 amp::data::LabelledImages first(amp::data::LabelledImages set, std::int64_t n) {
-  if (n <= 0 || n >= set.count) return set;
+  if (n == 0 || n >= set.count) return set;
   set.count = n;
   set.pixels.resize(static_cast<std::size_t>(n * set.rows * set.cols));
   set.labels.resize(static_cast<std::size_t>(n));
   return set;
 }
 
-std::string mib(std::size_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", bytes / 1048576.0);
-  return buf;
-}
+double mib(std::size_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
 
-}  // namespace
+std::size_t peak(const LevelResult& r, amp::memory_kind k) { return r.peak[static_cast<int>(k)]; }
 
-int main(int argc, char** argv) try {
-  examples::Args args("fashion_mnist",
-                      "MLP 784-256-128-10 on Fashion-MNIST at each opt level: accuracy, speed and memory side by side.");
-  args.flag("data", "/usr/share/datasets/fashion-mnist", "folder with the IDX files (gzip or raw; MNIST works too)")
-      .flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16|all")
-      .flag("device", "auto", "auto|cpu|cuda (auto: the GPU when one is present)")
-      .flag("optimizer", "sgd", "sgd (momentum 0.9)|adam|adamw")
-      .flag("lr", "0.05", "learning rate")
-      .flag("batch-size", "128", "mini-batch size (the last partial batch is kept)")
-      .flag("epochs", "10", "training epochs")
-      .flag("seed", "1", "seed of the initialisation and the shuffling")
-      .flag("train-subset", "0", "train on the first N images only (0: all 60000)")
-      .flag("json", "", "write the summary as JSON to this file")
-      .flag("csv", "", "write every step (level, epoch, step, loss, loss scale, skipped) to this CSV file");
-  if (!args.parse(argc, argv)) return 0;
-  const Settings s{args.str("optimizer"), args.real("lr"), args.integer("batch-size"),
-                   static_cast<int>(args.integer("epochs")), static_cast<std::uint64_t>(args.integer("seed")),
-                   isatty(fileno(stdout)) != 0};
-  AMP_REQUIRE(s.epochs > 0 && s.batch > 0 && s.lr > 0, "--epochs, --batch-size and --lr must be positive");
-  const auto levels = examples::parse_levels(args.str("opt-level"));
-  const std::string dir = args.str("data");
-  const auto train_set = first(amp::data::read_idx_pair(data_file(dir, "train-images-idx3-ubyte"),
-                                                        data_file(dir, "train-labels-idx1-ubyte"), 10),
-                               args.integer("train-subset"));
-  const auto test_set = amp::data::read_idx_pair(data_file(dir, "t10k-images-idx3-ubyte"),
-                                                 data_file(dir, "t10k-labels-idx1-ubyte"), 10);
-  AMP_REQUIRE(train_set.rows * train_set.cols == 784 && test_set.rows * test_set.cols == 784,
-              "expected 28x28 images, got ", train_set.rows, "x", train_set.cols);
-
-  const bool gpu = examples::use_gpu(args.str("device"));
-  std::string device;
-  std::vector<LevelResult> results;
-  std::printf("fashion_mnist: %lld train / %lld test images, %s lr %g, batch %lld, %d epochs\n",
-              static_cast<long long>(train_set.count), static_cast<long long>(test_set.count), s.optimizer.c_str(),
-              s.lr, static_cast<long long>(s.batch), s.epochs);
-  for (const auto& level : levels) {
-    examples::with_policy(level, [&]<amp::Policy P>() {
-      // A fresh context per level, so that peak memory is that level's own.
-      examples::with_context(gpu, [&]<amp::Backend B>(amp::Context<B>& ctx) {
-        device = examples::device_label(ctx);
-        results.push_back(run_level<P>(ctx, train_set, test_set, s));
-      });
-    });
-  }
-
+void print_tables(const std::string& device, const std::vector<LevelResult>& results) {
   using amp::memory_kind;
-  auto peak = [](const LevelResult& r, memory_kind k) { return r.peak[static_cast<int>(k)]; };
-  std::printf("\nresults on %s (memory: peak MiB by category)\n", device.c_str());
-  std::printf("%-8s %9s %9s %10s %8s %8s %8s %8s %8s %9s %8s %8s %12s\n", "level", "test acc", "epoch [s]",
-              "samples/s", "weights", "master", "grads", "optim", "activ", "workspace", "total", "skipped", "final scale");
+  std::printf("\nresults on %s\n", device.c_str());
+  std::printf("%-8s %8s %9s %10s %11s %8s %12s\n", "level", "test acc", "epoch [s]", "samples/s", "memory MiB",
+              "skipped", "final scale");
   for (const auto& r : results)
-    std::printf("%-8s %9.4f %9.3f %10.0f %8s %8s %8s %8s %8s %9s %8s %8lld %12g\n", r.level.c_str(), r.accuracy,
-                r.epoch_seconds, r.samples_per_second, mib(peak(r, memory_kind::weights)).c_str(),
-                mib(peak(r, memory_kind::master)).c_str(), mib(peak(r, memory_kind::grads)).c_str(),
-                mib(peak(r, memory_kind::optimizer)).c_str(), mib(peak(r, memory_kind::activations)).c_str(),
-                mib(peak(r, memory_kind::workspace)).c_str(), mib(r.peak_total).c_str(), r.skipped, r.final_scale);
+    std::printf("%-8s %8.4f %9.3f %10.0f %11.2f %8lld %12g\n", r.level.c_str(), r.accuracy, r.epoch_seconds,
+                r.samples_per_second, mib(r.peak_total), r.skipped, r.final_scale);
+  std::printf("\npeak memory [MiB] weights   master    grads optimizer activations workspace\n");
+  for (const auto& r : results)
+    std::printf("%-17s %7.2f %8.2f %8.2f %9.2f %11.2f %9.2f\n", r.level.c_str(), mib(peak(r, memory_kind::weights)),
+                mib(peak(r, memory_kind::master)), mib(peak(r, memory_kind::grads)),
+                mib(peak(r, memory_kind::optimizer)), mib(peak(r, memory_kind::activations)),
+                mib(peak(r, memory_kind::workspace)));
   const auto o0 = std::find_if(results.begin(), results.end(), [](const auto& r) { return r.level == "O0"; });
   if (o0 != results.end()) {
-    std::printf("\nrelative to O0: (weights + activations) ratio, speed-up, accuracy difference\n");
+    std::printf("\nrelative to O0: weights + activations memory, speed-up, test accuracy\n");
     for (const auto& r : results) {
       const double wa = double(peak(r, memory_kind::weights) + peak(r, memory_kind::activations)) /
                         double(peak(*o0, memory_kind::weights) + peak(*o0, memory_kind::activations));
@@ -259,33 +233,126 @@ int main(int argc, char** argv) try {
   for (const auto& r : results)
     if (r.allocations_in_loop != 0)
       std::printf("warning: %s allocated %lld times inside the training loop\n", r.level.c_str(), r.allocations_in_loop);
+}
 
-  if (!args.str("json").empty()) {
-    std::ostringstream j;
-    j.precision(9);
-    j << "{\"device\": \"" << device << "\", \"levels\": [";
-    for (std::size_t i = 0; i < results.size(); ++i) {
-      const auto& r = results[i];
-      j << (i ? ", " : "") << "{\"opt_level\": \"" << r.level << "\", \"test_accuracy\": " << r.accuracy
-        << ", \"epoch_seconds\": " << r.epoch_seconds << ", \"samples_per_second\": " << r.samples_per_second
-        << ", \"peak_bytes\": {";
-      for (int k = 0; k < static_cast<int>(memory_kind::count); ++k)
-        j << "\"" << amp::memory_kind_names[k] << "\": " << r.peak[k] << ", ";
-      j << "\"total\": " << r.peak_total << "}, \"skipped_steps\": " << r.skipped
-        << ", \"final_loss_scale\": " << r.final_scale << ", \"allocations_in_loop\": " << r.allocations_in_loop << "}";
+std::string to_json(const Settings& s, const std::string& device, const std::string& details,
+                    const std::vector<LevelResult>& results, bool complete) {
+  examples::Json j;
+  j.object().field("program", "fashion_mnist").field("amp_version", AMP_VERSION_STRING).field("complete", complete);
+  j.field("device", device).field("device_details", details);
+  j.key("settings").object().field("model", s.model).field("optimizer", s.optimizer).field("lr", s.lr);
+  j.field("momentum", s.optimizer == "sgd" ? s.momentum : 0.0f).field("batch_size", static_cast<long long>(s.batch));
+  j.field("epochs", s.epochs).field("seed", static_cast<unsigned long long>(s.seed)).field("data", s.data);
+  j.field("train_subset", static_cast<long long>(s.train_subset)).field("threads", s.threads).end();
+  j.key("levels").array();
+  for (const auto& r : results) {
+    j.object().field("opt_level", r.level).field("test_accuracy", r.accuracy).field("epoch_seconds", r.epoch_seconds);
+    j.field("samples_per_second", r.samples_per_second).key("peak_bytes").object();
+    for (int k = 0; k < static_cast<int>(amp::memory_kind::count); ++k)
+      j.field(amp::memory_kind_names[k], static_cast<unsigned long long>(r.peak[k]));
+    j.field("total", static_cast<unsigned long long>(r.peak_total)).end();
+    j.field("skipped_steps", r.skipped).field("final_loss_scale", r.final_scale);
+    j.field("allocations_in_loop", r.allocations_in_loop).key("epochs").array();
+    for (const auto& e : r.epochs)
+      j.object().field("epoch", e.epoch).field("seconds", e.seconds).field("train_loss", e.train_loss)
+          .field("test_accuracy", e.test_accuracy).field("skipped_steps", e.skipped).field("loss_scale", e.scale).end();
+    j.end().end();
+  }
+  j.end().end();
+  return j.str() + "\n";
+}
+
+std::string to_csv(const std::vector<LevelResult>& results) {
+  std::ostringstream c;
+  c.precision(9);
+  c << "level,epoch,step,loss,loss_scale,skipped\n";
+  for (const auto& r : results)
+    for (std::size_t i = 0; i < r.steps.size(); ++i) {
+      const auto& l = r.steps[i];
+      c << r.level << "," << l.epoch << "," << i + 1 << "," << l.loss << "," << l.scale << "," << l.skipped << "\n";
     }
-    j << "]}\n";
-    amp::io::write_file_atomically(args.str("json"), j.str());
-    std::printf("wrote %s\n", args.str("json").c_str());
+  return c.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  examples::Args args("fashion_mnist",
+                      "MLP 784-256-128-10 on Fashion-MNIST at each opt level: accuracy, speed and memory side by side.");
+  args.flag("data", "/usr/share/datasets/fashion-mnist", "folder with the IDX files (gzip or raw; MNIST works too)", "DIR")
+      .flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16|all", "LEVEL")
+      .flag("device", "auto", "auto|cpu|cuda (auto: the GPU when one is present)", "DEVICE")
+      .flag("threads", "0", "CPU threads (0: the idle cores; see README)", "N")
+      .flag("optimizer", "sgd", "sgd|adam|adamw", "NAME")
+      .flag("lr", "0.05", "learning rate", "X")
+      .flag("momentum", "0.9", "SGD momentum", "X")
+      .flag("batch-size", "128", "mini-batch size (the last partial batch is kept)", "N")
+      .flag("epochs", "10", "training epochs", "N")
+      .flag("seed", "1", "seed of the initialisation and the shuffling", "N")
+      .flag("train-subset", "0", "train on the first N images only (0: all 60000)", "N")
+      .flag("json", "", "write the summary (settings, per level and per epoch) as JSON to FILE", "FILE")
+      .flag("csv", "", "write every step (level, epoch, step, loss, loss scale, skipped) to FILE", "FILE");
+  if (!args.parse(argc, argv)) return 0;
+  Settings s;
+  s.optimizer = args.str("optimizer");
+  AMP_REQUIRE(s.optimizer == "sgd" || s.optimizer == "adam" || s.optimizer == "adamw", "--optimizer must be sgd, adam "
+              "or adamw, got '", s.optimizer, "'");
+  s.lr = static_cast<float>(args.real("lr", 0.0, 10.0, true));
+  s.momentum = static_cast<float>(args.real("momentum", 0.0, 1.0));
+  s.batch = args.integer("batch-size", 1, 1 << 20);
+  s.epochs = static_cast<int>(args.integer("epochs", 1, 100000));
+  s.seed = static_cast<std::uint64_t>(args.integer("seed", 0, std::numeric_limits<long long>::max()));
+  s.train_subset = args.integer("train-subset", 0, std::numeric_limits<std::int32_t>::max());
+  s.threads = static_cast<int>(args.integer("threads", 0, 4096));
+  s.data = args.str("data");
+  s.tty = isatty(fileno(stdout)) != 0;
+  const auto levels = examples::parse_levels(args.str("opt-level"));
+  const bool gpu = examples::use_gpu(args.str("device"));
+  examples::Outputs outputs;  // refused now, not after hours of training
+  outputs.add("--json", args.str("json"));
+  outputs.add("--csv", args.str("csv"));
+
+  const auto train_set = first(amp::data::read_idx_pair(data_file(s.data, "train-images-idx3-ubyte"),
+                                                        data_file(s.data, "train-labels-idx1-ubyte"), kClasses),
+                               s.train_subset);
+  const auto test_set = amp::data::read_idx_pair(data_file(s.data, "t10k-images-idx3-ubyte"),
+                                                 data_file(s.data, "t10k-labels-idx1-ubyte"), kClasses);
+  AMP_REQUIRE(train_set.rows == 28 && train_set.cols == 28, "the training images are ", train_set.rows, "x",
+              train_set.cols, ", expected 28x28");
+  AMP_REQUIRE(test_set.rows == 28 && test_set.cols == 28, "the test images are ", test_set.rows, "x", test_set.cols,
+              ", expected 28x28 like the training images");
+
+  examples::watch_interrupts();
+  std::string device, details;
+  std::vector<LevelResult> results;
+  std::printf("fashion_mnist: %lld train / %lld test images, %s lr %g, batch %lld, %d epochs\n",
+              static_cast<long long>(train_set.count), static_cast<long long>(test_set.count), s.optimizer.c_str(),
+              s.lr, static_cast<long long>(s.batch), s.epochs);
+  auto write_outputs = [&](bool complete) {
+    outputs.write([&](const std::string& flag) { return flag == "--json" ? to_json(s, device, details, results, complete) : to_csv(results); },
+                  /*quiet=*/!complete);
+  };
+  for (const auto& level : levels) {
+    examples::with_policy(level, [&]<amp::Policy P>() {
+      // A fresh context per level, so that peak memory is that level's own.
+      examples::with_context(gpu, s.threads, [&]<amp::Backend B>(amp::Context<B>& ctx) {
+        device = examples::device_label(ctx);
+        details = examples::device_details(ctx);
+        LevelResult r = run_level<P>(ctx, train_set, test_set, s);
+        if (r.finished) results.push_back(std::move(r));
+      });
+    });
+    if (examples::interrupted()) break;
+    if (&level != &levels.back()) write_outputs(false);  // a finished level is kept, whatever happens next
   }
-  if (!args.str("csv").empty()) {
-    std::ostringstream c;
-    c << "level,epoch,step,loss,loss_scale,skipped\n";
-    for (const auto& r : results)
-      for (const auto& l : r.log) c << r.level << "," << l.epoch << "," << l.step << "," << l.loss << "," << l.scale << "," << l.skipped << "\n";
-    amp::io::write_file_atomically(args.str("csv"), c.str());
-    std::printf("wrote %s\n", args.str("csv").c_str());
+  if (!results.empty()) print_tables(device, results);
+  if (examples::interrupted()) {
+    if (!results.empty()) write_outputs(false);
+    std::printf("interrupted: kept the %zu finished level(s)%s\n", results.size(),
+                outputs.wants("--json") ? " (the JSON says \"complete\": false)" : "");
+    examples::exit_by_signal();
   }
+  write_outputs(true);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fashion_mnist: %s\n", e.what());

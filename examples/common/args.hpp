@@ -1,10 +1,15 @@
 #pragma once
-// A small "--flag value" parser: each flag is declared with its help line, so
-// --help is always complete and an unknown or valueless flag is an error.
+// Command-line flags: "--flag value" or "--flag=value". Each flag is declared
+// with its help line, so --help is always complete; an unknown flag, a missing
+// value, a value that does not parse or is out of range is an error naming the
+// flag and the value.
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include <amp/core/error.hpp>
@@ -15,10 +20,11 @@ class Args {
  public:
   Args(std::string program, std::string about) : program_(std::move(program)), about_(std::move(about)) {}
 
-  Args& flag(const std::string& name, std::string default_value, std::string help) {
+  // `value_name` shows in --help: --epochs N.
+  Args& flag(const std::string& name, std::string default_value, std::string help, std::string value_name = "VALUE") {
     order_.push_back(name);
     values_[name] = std::move(default_value);
-    help_[name] = std::move(help);
+    help_[name] = {std::move(help), std::move(value_name)};
     return *this;
   }
 
@@ -30,47 +36,66 @@ class Args {
         print_help();
         return false;
       }
-      AMP_REQUIRE(arg.rfind("--", 0) == 0 && values_.count(arg.substr(2)), "unknown argument '", arg,
-                  "' (see --help)");
-      AMP_REQUIRE(i + 1 < argc, "argument '", arg, "' needs a value (see --help)");
-      values_[arg.substr(2)] = argv[++i];
+      AMP_REQUIRE(arg.rfind("--", 0) == 0, "unexpected argument '", arg, "' (flags start with --; see --help)");
+      const auto eq = arg.find('=');
+      const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      AMP_REQUIRE(values_.count(name), "unknown flag '--", name, "' (see --help)");
+      if (eq != std::string::npos) {
+        values_[name] = arg.substr(eq + 1);
+      } else {
+        AMP_REQUIRE(i + 1 < argc, "flag '--", name, "' needs a value: --", name, " ", help_[name].value_name,
+                    " or --", name, "=", help_[name].value_name);
+        values_[name] = argv[++i];
+      }
     }
     return true;
   }
 
   const std::string& str(const std::string& name) const { return values_.at(name); }
-  long integer(const std::string& name) const {
-    return parsed(name, "an integer", [](const std::string& v, std::size_t* used) { return std::stol(v, used); });
+
+  // An integer in [lo, hi], parsed in 64 bits: "4294967297" does not wrap to 1.
+  long long integer(const std::string& name, long long lo, long long hi) const {
+    const std::string& v = str(name);
+    errno = 0;
+    char* end = nullptr;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    const bool parsed = !v.empty() && end == v.c_str() + v.size() && errno == 0;
+    AMP_REQUIRE(parsed && x >= lo && x <= hi, "--", name, " must be an integer in [", lo, ", ", hi, "], got '", v,
+                "'");
+    return x;
   }
-  float real(const std::string& name) const {
-    return parsed(name, "a number", [](const std::string& v, std::size_t* used) { return std::stof(v, used); });
+
+  // A finite number in [lo, hi] (or (lo, hi] when lo_open).
+  double real(const std::string& name, double lo, double hi, bool lo_open = false) const {
+    const std::string& v = str(name);
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    const bool parsed = !v.empty() && end == v.c_str() + v.size() && std::isfinite(x);
+    const bool in_range = (lo_open ? x > lo : x >= lo) && x <= hi;
+    AMP_REQUIRE(parsed && in_range, "--", name, " must be a number in ", lo_open ? "(" : "[", lo, ", ", hi, "], got '",
+                v, "'");
+    return x;
   }
 
  private:
-  // The whole value must parse; "12x" or "" is an error naming the flag.
-  template <class Parse>
-  std::invoke_result_t<Parse, const std::string&, std::size_t*> parsed(const std::string& name, const char* what,
-                                                                   Parse parse) const {
-    try {
-      std::size_t used = 0;
-      const auto v = parse(str(name), &used);
-      if (used == str(name).size()) return v;
-    } catch (const std::exception&) {
-    }
-    amp::fail("--", name, " expects ", what, ", got '", str(name), "'");
-  }
+  struct Help {
+    std::string text, value_name;
+  };
 
   void print_help() const {
-    std::printf("usage: %s [flags]\n%s\n\nflags:\n", program_.c_str(), about_.c_str());
+    std::printf("usage: %s [--flag VALUE | --flag=VALUE ...]\n%s\n\nflags:\n", program_.c_str(), about_.c_str());
     for (const auto& name : order_) {
       const auto& def = values_.at(name);
-      std::printf("  --%-14s %s%s\n", name.c_str(), help_.at(name).c_str(),
-                  def.empty() ? "" : (" (default " + def + ")").c_str());
+      const Help& h = help_.at(name);
+      const std::string left = "--" + name + " " + h.value_name;
+      std::printf("  %-24s %s%s\n", left.c_str(), h.text.c_str(), def.empty() ? "" : (" (default " + def + ")").c_str());
     }
   }
+
   std::string program_, about_;
   std::vector<std::string> order_;
-  std::map<std::string, std::string> values_, help_;
+  std::map<std::string, std::string> values_;
+  std::map<std::string, Help> help_;
 };
 
 }  // namespace examples

@@ -45,9 +45,9 @@ inline bool use_gpu(const std::string& device) {
 #endif
 }
 
-// fn(ctx) with a fresh GPU or CPU context.
+// fn(ctx) with a fresh GPU or CPU context (threads: CPU threads, 0 for the default).
 template <class Fn>
-void with_context(bool gpu, Fn&& fn) {
+void with_context(bool gpu, int threads, Fn&& fn) {
 #if defined(__CUDACC__)
   if (gpu) {
     amp::Context<amp::cuda> ctx;
@@ -56,8 +56,22 @@ void with_context(bool gpu, Fn&& fn) {
   }
 #endif
   (void)gpu;
-  amp::Context<amp::host> ctx;
+  amp::Context<amp::host> ctx(threads);
   fn(ctx);
+}
+
+// What ran the work, in one line: the CPU with oneDNN's kernels and the fp16
+// conversions, or the GPU with its compute capability.
+template <amp::Backend B>
+std::string device_details(amp::Context<B>& ctx) {
+  if constexpr (std::is_same_v<B, amp::host>) {
+    const auto& cpu = amp::detail::host_cpu();
+    return cpu.name + "; oneDNN " + amp::detail::onednn::version_string() + " " + amp::detail::onednn::isa_name() +
+           " kernels; fp16 conversions " + (cpu.avx512f ? "AVX-512" : cpu.f16c ? "F16C" : "software");
+  } else {
+    const auto& cap = ctx.capability();
+    return cap.name + " (compute capability " + std::to_string(cap.major) + "." + std::to_string(cap.minor) + ")";
+  }
 }
 
 // "cpu (N threads)" or the GPU's name, for tables and JSON.

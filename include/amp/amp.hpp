@@ -18,3 +18,4 @@
 #include "amp/optim/sgd.hpp"
 #include "amp/scaling/loss_scaler.hpp"
 #include "amp/train.hpp"
+#include "amp/version.hpp"

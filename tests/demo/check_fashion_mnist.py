@@ -1,23 +1,81 @@
 """Runs the Fashion-MNIST demo on a subset (12000 images, 3 epochs) of the real data at O0 and O2 and checks
-that both cross an accuracy bar, and that the JSON summary and the CSV are complete."""
+that both cross an accuracy bar and that the JSON summary and the CSV are complete; then what the program does
+with bad flags, bad output paths, special files and an interrupt."""
 import csv
 import json
 import os
+import signal
+import stat
 import subprocess
 import sys
 import tempfile
+import time
 
 binary, data = sys.argv[1], sys.argv[2]
 if not os.path.isdir(data):
     print(f"[amp-skip] Fashion-MNIST not found at {data} (apt-get install dataset-fashion-mnist)")
     sys.exit(0)
-# Bad input: a clear message naming the flag or the file, exit code 2, no output file.
-for args, message in ((["--epochs", "x"], "--epochs expects an integer, got 'x'"),
-                      (["--opt-level", "O9"], "unknown --opt-level 'O9'"),
-                      (["--data", "/nonexistent"], "data set file '/nonexistent/"),
-                      (["--frobnicate", "1"], "unknown argument '--frobnicate'")):
-    run = subprocess.run([binary, *args], capture_output=True, text=True)
-    assert run.returncode == 2 and message in run.stderr, (args, run.returncode, run.stderr)
+quick = ["--data", data, "--device", "cpu", "--epochs", "1", "--train-subset", "600", "--opt-level", "O0"]
+
+
+def run(*args, **kw):
+    return subprocess.run([binary, *args], capture_output=True, text=True, **kw)
+
+
+# Bad input: a clear message naming the flag or the file, exit code 2, before any training.
+with tempfile.TemporaryDirectory() as tmp:
+    json_path = os.path.join(tmp, "kept.json")
+    for args, message in ((["--epochs", "x"], "--epochs must be an integer in [1, 100000], got 'x'"),
+                          (["--epochs", "4294967297"], "--epochs must be an integer in [1, 100000], got '4294967297'"),
+                          (["--batch-size=0"], "--batch-size must be an integer in [1, 1048576], got '0'"),
+                          (["--lr", "0"], "--lr must be a number in (0, 10], got '0'"),
+                          (["--train-subset", "-1"], "--train-subset must be an integer in [0, 2147483647], got '-1'"),
+                          (["--opt-level", "O9"], "unknown --opt-level 'O9'"),
+                          (["--data", "/nonexistent"], "data set file '/nonexistent/"),
+                          (["--frobnicate", "1"], "unknown flag '--frobnicate'"),
+                          (["--epochs"], "flag '--epochs' needs a value"),
+                          (["--json", os.path.join(tmp, "no-such-folder", "x.json")], "the folder '"),
+                          (["--json", tmp], "is a folder, not a file"),
+                          (["--json", json_path, "--csv", "/nonexistent-folder/x.csv"], "--csv '/nonexistent-folder/x.csv'")):
+        r = run(*args)
+        assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
+        assert "epoch" not in r.stdout, (args, "trained before refusing")
+    assert not os.path.exists(json_path), "a bad --csv must leave --json unwritten"
+    r = run("--help")
+    assert r.returncode == 0 and "--epochs N" in r.stdout and "--flag=VALUE" in r.stdout, r.stdout
+
+    # Special files are written in place, never replaced, and their errors reported.
+    r = run(*quick, "--json", "/dev/stdout")
+    assert r.returncode == 0 and '"program": "fashion_mnist"' in r.stdout, r.stdout[-500:]
+    if os.path.exists("/dev/full"):
+        r = run(*quick, "--json", "/dev/full")
+        assert r.returncode == 2 and "cannot write '/dev/full'" in r.stderr and "wrote /dev/full" not in r.stdout, r
+        assert stat.S_ISCHR(os.stat("/dev/full").st_mode), "/dev/full was replaced"
+
+    # --flag=value works like --flag value; the JSON records the settings.
+    r = run("--data=" + data, "--device=cpu", "--epochs=1", "--train-subset=600", "--opt-level=O0", "--json=" + json_path)
+    assert r.returncode == 0, r.stderr
+    with open(json_path) as f:
+        summary = json.load(f)
+    assert summary["complete"] is True and summary["amp_version"], summary
+    assert summary["settings"]["epochs"] == 1 and summary["settings"]["train_subset"] == 600, summary["settings"]
+    assert all(len(line) <= 80 for line in r.stdout.splitlines()), "output wider than 80 columns"
+
+    # SIGINT during a multi-level run: the finished levels are kept, marked incomplete; exit by the signal.
+    os.remove(json_path)
+    proc = subprocess.Popen([binary, "--data", data, "--device", "cpu", "--epochs", "2", "--train-subset", "3000",
+                             "--opt-level", "all", "--json", json_path, "--csv", json_path + ".csv"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not os.path.exists(json_path) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGINT, (proc.returncode, err)
+    with open(json_path) as f:
+        summary = json.load(f)
+    assert summary["complete"] is False and len(summary["levels"]) >= 1, summary
+    assert "interrupted: kept the" in out, out[-300:]
 
 with tempfile.TemporaryDirectory() as tmp:
     out = {k: os.path.join(tmp, f"run.{k}") for k in ("json", "csv")}
@@ -36,9 +94,11 @@ with tempfile.TemporaryDirectory() as tmp:
             assert isinstance(row[key], (int, float)), key
         assert set(row["peak_bytes"]) == {"weights", "master", "grads", "optimizer", "activations", "workspace", "total"}
         assert row["allocations_in_loop"] == 0, row
+        assert [e["epoch"] for e in row["epochs"]] == [1, 2, 3], row["epochs"]
         with open(out["csv"]) as f:
             rows = list(csv.DictReader(f))
         assert len(rows) == 3 * 94 and rows[0].keys() == {"level", "epoch", "step", "loss", "loss_scale", "skipped"}
+        assert rows[0]["epoch"] == "1" and rows[-1]["epoch"] == "3", "epochs count from 1, as on the console"
         results.append(row)
     o0, o2 = results
     print(f"O0 accuracy {o0['test_accuracy']:.4f}, O2 accuracy {o2['test_accuracy']:.4f}")

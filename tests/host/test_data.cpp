@@ -13,7 +13,7 @@
 #include "amp/amp.hpp"
 #include "amp/data/idx.hpp"
 #include "amp/data/loader.hpp"
-#include "amp/io/atomic_file.hpp"
+#include "amp/io/file.hpp"
 
 using namespace amp;
 namespace fs = std::filesystem;
@@ -79,6 +79,8 @@ TEST_CASE("IDX: malformed files are refused with the file and the fault named") 
   };
   auto truncated = idx_bytes({3, 2, 4}, 23);
   expect(truncated, 3, "is truncated: header promises 24 values, the file has 23");
+  expect(idx_bytes({268435455, 4, 4}, 16), 3, "is truncated: header promises 4294967280 values, the file has 16");
+  expect(idx_bytes({65536, 65536, 2}, 16), 3, "declares 8589934592 values, over the limit of 4294967296");
   expect(idx_bytes({3, 2, 4}, 25), 3, "longer than its header says");
   auto bad_magic = idx_bytes({3, 2, 4}, 24);
   bad_magic[0] = 0x1f;
@@ -134,16 +136,105 @@ TEST_CASE("loader: seeded shuffle, normalisation and the last partial batch") {
   CHECK(seen == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
 }
 
-TEST_CASE("atomic file writes leave either the old or the new file") {
-  const std::string p = (fs::temp_directory_path() / "amp-atomic.txt").string();
-  io::write_file_atomically(p, "first");
-  io::write_file_atomically(p, "second");
-  std::FILE* f = std::fopen(p.c_str(), "rb");
-  char buf[16] = {};
-  CHECK(std::fread(buf, 1, sizeof buf, f) == 6);
-  std::fclose(f);
-  CHECK(std::string(buf) == "second");
-  CHECK(!fs::exists(p + ".tmp"));
-  fs::remove(p);
-  CHECK_THROWS_WITH_AS(io::write_file_atomically("/nonexistent-dir/x.json", "y"), doctest::Contains("cannot write '/nonexistent-dir/x.json'"), Error);
+TEST_CASE("IDX gzip: the trailer is verified and nothing may follow it") {
+  TempDir dir;
+  auto labels = idx_bytes({300}, 300);
+  const std::string good = dir.write("l.gz", labels, true);
+  std::vector<std::uint8_t> gz;
+  {
+    std::FILE* f = std::fopen(good.c_str(), "rb");
+    for (int c; (c = std::fgetc(f)) != EOF;) gz.push_back(static_cast<std::uint8_t>(c));
+    std::fclose(f);
+  }
+  CHECK(data::read_idx(good, 1).values == std::vector<std::uint8_t>(labels.begin() + 8, labels.end()));
+  auto write_raw = [&](const std::string& name, const std::vector<std::uint8_t>& bytes) { return dir.write(name, bytes, false); };
+
+  // The trailer cut off (8 bytes: CRC-32 and length): refused, not read as end of file.
+  const std::vector<std::uint8_t> cut(gz.begin(), gz.end() - 8);
+  CHECK_THROWS_WITH_AS(data::read_idx(write_raw("cut.gz", cut), 1),
+                       doctest::Contains("is truncated: its gzip stream ends before its trailer"), Error);
+  // A bit flipped near the end of the data, with the trailer cut (the reported case): refused.
+  auto flipped = cut;
+  flipped[flipped.size() - 3] ^= 0x10;
+  CHECK_THROWS_AS(data::read_idx(write_raw("flip-cut.gz", flipped), 1), Error);
+  // A bit flipped with the trailer kept: the CRC-32 says so.
+  auto flipped_whole = gz;
+  flipped_whole[gz.size() - 12] ^= 0x10;
+  CHECK_THROWS_WITH_AS(data::read_idx(write_raw("flip.gz", flipped_whole), 1), doctest::Contains("is damaged: gzip"), Error);
+  // Bytes after the stream.
+  auto extended = gz;
+  extended.insert(extended.end(), {1, 2, 3});
+  CHECK_THROWS_WITH_AS(data::read_idx(write_raw("ext.gz", extended), 1),
+                       doctest::Contains("has 3 bytes after the end of its gzip stream"), Error);
+  // A header that claims 4 GB inside a small gzip file fails after reading what is there.
+  CHECK_THROWS_WITH_AS(data::read_idx(dir.write("big.gz", idx_bytes({268435455, 4, 4}, 16), true), 3),
+                       doctest::Contains("header promises 4294967280 values, the file has 16"), Error);
+  CHECK_THROWS_WITH_AS(data::read_idx(dir.path.string(), 1), doctest::Contains("is not a regular file"), Error);
+}
+
+namespace {
+std::string read_text(const std::string& path) {
+  std::string out;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  for (int c; f && (c = std::fgetc(f)) != EOF;) out.push_back(static_cast<char>(c));
+  if (f) std::fclose(f);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("write_file: regular files atomically, links followed, special files written in place") {
+  TempDir dir;
+  const std::string p = (dir.path / "out.json").string();
+  io::write_file(p, "first");
+  io::write_file(p, "second");
+  CHECK(read_text(p) == "second");
+  for (const auto& e : fs::directory_iterator(dir.path)) CHECK(e.path().filename() == "out.json");  // no temporaries left
+
+  // Through a symbolic link: the target changes, the link stays a link.
+  const std::string link = (dir.path / "link.json").string();
+  fs::create_symlink(p, link);
+  io::write_file(link, "third");
+  CHECK(fs::is_symlink(link));
+  CHECK(read_text(p) == "third");
+
+  // Devices are written, not replaced; their errors are reported.
+  CHECK_NOTHROW(io::write_file("/dev/null", "x"));
+  CHECK(fs::is_character_file("/dev/null"));
+  if (fs::exists("/dev/full")) {
+    CHECK_THROWS_WITH_AS(io::write_file("/dev/full", "x"), doctest::Contains("cannot write '/dev/full': No space left"),
+                         Error);
+    CHECK(fs::is_character_file("/dev/full"));
+  }
+  CHECK_THROWS_WITH_AS(io::write_file("/nonexistent-dir/x.json", "y"),
+                       doctest::Contains("cannot write '/nonexistent-dir/x.json'"), Error);
+}
+
+TEST_CASE("check_writable refuses a bad output before anything is written") {
+  TempDir dir;
+  CHECK_NOTHROW(io::check_writable((dir.path / "new.csv").string(), "--csv"));
+  CHECK_NOTHROW(io::check_writable("/dev/null", "--json"));
+  CHECK_THROWS_WITH_AS(io::check_writable((dir.path / "no-such-folder" / "x.csv").string(), "--csv"),
+                       doctest::Contains("--csv '"), Error);
+  CHECK_THROWS_WITH_AS(io::check_writable((dir.path / "no-such-folder" / "x.csv").string(), "--csv"),
+                       doctest::Contains("' does not exist"), Error);
+  CHECK_THROWS_WITH_AS(io::check_writable(dir.path.string(), "--json"), doctest::Contains("is a folder, not a file"),
+                       Error);
+  CHECK_THROWS_WITH_AS(io::check_writable("", "--json"), doctest::Contains("--json: empty file name"), Error);
+}
+
+TEST_CASE("FileSet writes all files or none") {
+  TempDir dir;
+  const std::string a = (dir.path / "a.json").string(), b = (dir.path / "sub" / "b.csv").string();
+  io::write_file(a, "old");
+  {
+    io::FileSet set;
+    set.add(a, "new");
+    CHECK_THROWS_AS(set.add(b, "new"), Error);  // its folder does not exist
+  }  // not committed: the staged a.json is discarded
+  CHECK(read_text(a) == "old");
+  for (const auto& e : fs::directory_iterator(dir.path)) CHECK(e.path().filename() == "a.json");
+  io::FileSet set;
+  set.add(a, "newer");
+  set.commit();
+  CHECK(read_text(a) == "newer");
 }

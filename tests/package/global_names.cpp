@@ -4,7 +4,7 @@
 #include <amp/amp.hpp>
 #include <amp/data/idx.hpp>
 #include <amp/data/loader.hpp>
-#include <amp/io/atomic_file.hpp>
+#include <amp/io/file.hpp>
 
 #include <cstdio>
 

@@ -1,6 +1,7 @@
 #pragma once
 // CUDA tests skip visibly where no GPU is present: the line below is what ctest
-// matches (SKIP_REGULAR_EXPRESSION) and what the test script lists as the reason.
+// matches (SKIP_REGULAR_EXPRESSION) and what scripts/test.sh lists, one line
+// per distinct reason.
 #include <iostream>
 
 #include "amp/backend/cuda/context.cuh"

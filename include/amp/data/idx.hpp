@@ -1,9 +1,21 @@
 #pragma once
-// IDX files (the MNIST / Fashion-MNIST format), gzip-compressed or raw, read
-// through zlib (gzread passes raw files through unchanged). Every header field
-// is checked and the payload must have exactly the length the header promises:
-// a truncated, oversized or malformed file is an amp::Error naming the file.
+// IDX files (the MNIST / Fashion-MNIST format), raw or gzip-compressed. A file
+// is read exactly or refused with an amp::Error naming it and the fault:
+// - every header field is checked; the payload must have exactly the length
+//   the header declares, and a declared size over max_idx_values is refused;
+// - a raw file's length is checked against its header before anything is
+//   allocated; a gzip file is inflated in bounded chunks, so memory follows the
+//   data actually present, never the header's claim;
+// - a gzip stream must end with its trailer, whose CRC-32 and length zlib
+//   verifies, and nothing may follow it.
+// Raw IDX has no checksum: a changed payload byte in a raw file reads as data.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -13,6 +25,9 @@
 
 namespace amp::data {
 
+// The largest payload read_idx accepts: 2^32 values (4 GiB).
+inline constexpr std::uint64_t max_idx_values = std::uint64_t{1} << 32;
+
 struct IdxArray {
   std::vector<std::int64_t> dims;
   std::vector<std::uint8_t> values;
@@ -20,42 +35,95 @@ struct IdxArray {
 };
 
 namespace detail {
-class GzFile {
+// A file's bytes in order: as stored, or inflated when it starts with gzip's magic.
+class IdxSource {
  public:
-  explicit GzFile(const std::string& path) : path_(path), f_(gzopen(path.c_str(), "rb")) {
-    AMP_REQUIRE(f_, "cannot open IDX file '", path, "'");
-    gzbuffer(f_, 1 << 17);
-  }
-  GzFile(const GzFile&) = delete;
-  GzFile& operator=(const GzFile&) = delete;
-  ~GzFile() { gzclose(f_); }
-
-  // Reads up to n bytes; fewer only at the end of the data.
-  std::size_t read(void* dst, std::size_t n) {
-    std::size_t done = 0;
-    while (done < n) {
-      const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(n - done, 1u << 30));
-      const int got = gzread(f_, static_cast<char*>(dst) + done, chunk);
-      if (got < 0) {
-        int err = 0;
-        const char* msg = gzerror(f_, &err);
-        fail("IDX file '", path_, "': read error: ", msg);
-      }
-      if (got == 0) break;
-      done += static_cast<std::size_t>(got);
+  explicit IdxSource(const std::string& path) : path_(path), f_(std::fopen(path.c_str(), "rb")) {
+    AMP_REQUIRE(f_, "cannot open IDX file '", path, "': ", std::strerror(errno));
+    struct stat st {};
+    if (::fstat(::fileno(f_), &st) != 0 || !S_ISREG(st.st_mode)) {
+      std::fclose(f_);
+      fail("IDX file '", path, "' is not a regular file");
     }
-    return done;
+    std::fseek(f_, 0, SEEK_END);
+    size_ = static_cast<std::uint64_t>(std::ftell(f_));
+    std::fseek(f_, 0, SEEK_SET);
+    unsigned char magic[2] = {};
+    gzip_ = std::fread(magic, 1, 2, f_) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+    std::fseek(f_, 0, SEEK_SET);
+    if (gzip_) {
+      AMP_REQUIRE(inflateInit2(&z_, 16 + MAX_WBITS) == Z_OK, "IDX file '", path, "': zlib cannot start");  // gzip only
+      z_ready_ = true;
+    }
+  }
+  IdxSource(const IdxSource&) = delete;
+  IdxSource& operator=(const IdxSource&) = delete;
+  ~IdxSource() {
+    if (z_ready_) inflateEnd(&z_);
+    std::fclose(f_);
+  }
+
+  bool gzip() const { return gzip_; }
+  // Bytes left in a raw file (gzip: unknown until inflated).
+  std::uint64_t raw_bytes_left() const { return size_ - consumed_; }
+
+  // Up to n bytes; fewer only where the data ends.
+  std::size_t read(void* dst, std::size_t n) {
+    if (!gzip_) {
+      const std::size_t got = std::fread(dst, 1, n, f_);
+      AMP_REQUIRE(!std::ferror(f_), "IDX file '", path_, "': read error");
+      consumed_ += got;
+      return got;
+    }
+    AMP_REQUIRE(n < (std::size_t{1} << 30), "IdxSource::read: chunk too large");
+    z_.next_out = static_cast<Bytef*>(dst);
+    z_.avail_out = static_cast<uInt>(n);
+    while (z_.avail_out > 0 && !ended_) {
+      if (z_.avail_in == 0) {
+        refill();
+        AMP_REQUIRE(z_.avail_in > 0, "IDX file '", path_, "' is truncated: its gzip stream ends before its trailer");
+      }
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      if (rc == Z_STREAM_END) ended_ = true;  // the trailer's CRC-32 and length matched
+      else AMP_REQUIRE(rc == Z_OK || rc == Z_BUF_ERROR, "IDX file '", path_, "' is damaged: gzip: ",
+                       z_.msg ? z_.msg : zError(rc));
+    }
+    return n - z_.avail_out;
+  }
+
+  // After the payload: nothing may follow (raw: no byte; gzip: the stream has
+  // ended, trailer verified, and no byte follows the trailer).
+  void expect_end(std::uint64_t declared) {
+    unsigned char extra = 0;
+    AMP_REQUIRE(read(&extra, 1) == 0, "IDX file '", path_, "' is longer than its header says (", declared,
+                " values): trailing data");
+    if (!gzip_) return;
+    AMP_REQUIRE(ended_, "IDX file '", path_, "' is truncated: its gzip stream ends before its trailer");
+    const std::uint64_t after = z_.avail_in + (size_ - consumed_);
+    AMP_REQUIRE(after == 0, "IDX file '", path_, "' has ", after, " bytes after the end of its gzip stream");
   }
 
  private:
+  void refill() {
+    const std::size_t got = std::fread(in_, 1, sizeof in_, f_);
+    AMP_REQUIRE(!std::ferror(f_), "IDX file '", path_, "': read error");
+    consumed_ += got;
+    z_.next_in = in_;
+    z_.avail_in = static_cast<uInt>(got);
+  }
+
   std::string path_;
-  gzFile f_;
+  std::FILE* f_;
+  std::uint64_t size_ = 0, consumed_ = 0;
+  bool gzip_ = false, z_ready_ = false, ended_ = false;
+  z_stream z_{};
+  Bytef in_[1 << 16];
 };
 }  // namespace detail
 
 // Reads an IDX file of unsigned bytes (type 0x08) with `expected_rank` dimensions.
 inline IdxArray read_idx(const std::string& path, int expected_rank) {
-  detail::GzFile f(path);
+  detail::IdxSource f(path);
   std::uint8_t magic[4];
   AMP_REQUIRE(f.read(magic, 4) == 4, "IDX file '", path, "' is truncated: no 4-byte header");
   AMP_REQUIRE(magic[0] == 0 && magic[1] == 0, "IDX file '", path, "' has a bad magic number (first bytes ",
@@ -74,14 +142,27 @@ inline IdxArray read_idx(const std::string& path, int expected_rank) {
     out.dims.push_back(n);
     total *= static_cast<std::uint64_t>(n);
   }
-  AMP_REQUIRE(total <= (std::uint64_t{1} << 32), "IDX file '", path, "' claims ", total, " values: too large");
-  out.values.resize(static_cast<std::size_t>(total));
-  const std::size_t got = f.read(out.values.data(), out.values.size());
-  AMP_REQUIRE(got == out.values.size(), "IDX file '", path, "' is truncated: header promises ", total,
-              " values, the file has ", got);
-  std::uint8_t extra;
-  AMP_REQUIRE(f.read(&extra, 1) == 0, "IDX file '", path, "' is longer than its header says (", total,
-              " values): trailing data");
+  AMP_REQUIRE(total <= max_idx_values, "IDX file '", path, "' declares ", total, " values, over the limit of ",
+              max_idx_values, " (amp::data::max_idx_values)");
+  if (!f.gzip()) {  // the file's length says everything before a byte is allocated
+    AMP_REQUIRE(f.raw_bytes_left() >= total, "IDX file '", path, "' is truncated: header promises ", total,
+                " values, the file has ", f.raw_bytes_left());
+    out.values.resize(static_cast<std::size_t>(total));
+    AMP_REQUIRE(f.read(out.values.data(), out.values.size()) == out.values.size(), "IDX file '", path,
+                "' is truncated: read error");
+  } else {  // inflate in bounded chunks: memory follows the data present
+    constexpr std::uint64_t chunk = 1 << 20;
+    std::uint64_t got = 0;
+    while (got < total) {
+      const std::uint64_t want = std::min(chunk, total - got);
+      out.values.resize(static_cast<std::size_t>(got + want));
+      const std::size_t n = f.read(out.values.data() + got, static_cast<std::size_t>(want));
+      got += n;
+      AMP_REQUIRE(n == want, "IDX file '", path, "' is truncated: header promises ", total, " values, the file has ",
+                  got);
+    }
+  }
+  f.expect_end(total);
   return out;
 }
 

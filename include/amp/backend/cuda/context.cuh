@@ -24,12 +24,13 @@ inline int cuda_device_count() {
 inline std::string cuda_unavailable_reason() {
   int n = 0;
   const cudaError_t status = cudaGetDeviceCount(&n);
-  if (status != cudaSuccess) {
-    (void)cudaGetLastError();
+  if (status != cudaSuccess) (void)cudaGetLastError();  // clear the sticky error for later calls
+  if (status == cudaErrorInsufficientDriver || status == cudaErrorNoDevice || (status == cudaSuccess && n == 0))
+    return detail::concat("no NVIDIA driver or GPU found (", cudaGetErrorName(status), ")");
+  if (status != cudaSuccess)
     return detail::concat("no usable CUDA device (cudaGetDeviceCount: ", cudaGetErrorName(status), ": ",
                           cudaGetErrorString(status), ")");
-  }
-  return n == 0 ? "no CUDA device present" : "";
+  return "";
 }
 
 template <>
