@@ -1,6 +1,10 @@
-"""The demo's recipe in PyTorch on the CPU (MLP 784-256-128-10, ReLU, cross-entropy,
-SGD lr 0.05 momentum 0.9, batch 128): median epoch seconds and test accuracy, in fp32
-and under bf16 autocast. Prints one JSON line per mode."""
+"""The demo's recipe in PyTorch (MLP 784-256-128-10, ReLU, cross-entropy, SGD lr 0.05 momentum 0.9, batch 128):
+median epoch seconds and test accuracy per mode, one JSON line each.
+
+usage: pytorch_fashion_mnist.py DATA_DIR EPOCHS [cpu|cuda]
+  cpu:  fp32 and bf16 autocast
+  cuda: fp32, fp16 autocast with GradScaler (PyTorch's AMP) and bf16 autocast"""
+import contextlib
 import gzip
 import json
 import statistics
@@ -20,32 +24,46 @@ def idx(path):
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
-def main(data_dir, epochs):
+def main(data_dir, epochs, device):
     load = lambda name: idx(f"{data_dir}/{name}.gz")
     norm = lambda x: torch.from_numpy(((x.reshape(len(x), -1) / 255.0 - 0.2860) / 0.3530).astype(np.float32))
     xtr, ytr = norm(load("train-images-idx3-ubyte")), torch.from_numpy(load("train-labels-idx1-ubyte").astype(np.int64))
     xte, yte = norm(load("t10k-images-idx3-ubyte")), torch.from_numpy(load("t10k-labels-idx1-ubyte").astype(np.int64))
-    for mode in ("fp32", "bf16-autocast"):
+    xtr, ytr, xte, yte = (t.to(device) for t in (xtr, ytr, xte, yte))
+    modes = {"fp32": None, "bf16-autocast": torch.bfloat16}
+    if device == "cuda":
+        modes = {"fp32": None, "fp16-amp": torch.float16, "bf16-autocast": torch.bfloat16}
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    for mode, dtype in modes.items():
         torch.manual_seed(1)
         model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(), nn.Linear(128, 10))
+        model = model.to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        fp16 = dtype == torch.float16
+        scaler = torch.amp.GradScaler(device, enabled=fp16) if hasattr(torch.amp, "GradScaler") \
+            else torch.cuda.amp.GradScaler(enabled=fp16)
+        autocast = (lambda: torch.autocast(device, dtype=dtype)) if dtype else contextlib.nullcontext
         loss_fn = nn.CrossEntropyLoss()
         times = []
         for _ in range(epochs):
+            sync()
             start = time.perf_counter()
-            perm = torch.randperm(len(xtr))
+            perm = torch.randperm(len(xtr), device=device)
             for i in range(0, len(xtr), 128):
                 idxs = perm[i:i + 128]
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode != "fp32"):
+                with autocast():
                     loss = loss_fn(model(xtr[idxs]), ytr[idxs])
                 opt.zero_grad()
-                loss.backward()
-                opt.step()
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+            sync()
             times.append(time.perf_counter() - start)
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode != "fp32"):
+        with torch.no_grad(), autocast():
             acc = (model(xte).argmax(1) == yte).float().mean().item()
-        print(json.dumps({"mode": mode, "epoch_seconds": statistics.median(times), "test_accuracy": acc}), flush=True)
+        print(json.dumps({"mode": mode, "device": device, "epoch_seconds": statistics.median(times),
+                          "test_accuracy": acc, "train_images": len(xtr)}), flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "cpu")

@@ -236,14 +236,15 @@ void print_tables(const std::string& device, const std::vector<LevelResult>& res
 }
 
 std::string to_json(const Settings& s, const std::string& device, const std::string& details,
-                    const std::vector<LevelResult>& results, bool complete) {
+                    std::int64_t train_images, const std::vector<LevelResult>& results, bool complete) {
   examples::Json j;
   j.object().field("program", "fashion_mnist").field("amp_version", AMP_VERSION_STRING).field("complete", complete);
   j.field("device", device).field("device_details", details);
   j.key("settings").object().field("model", s.model).field("optimizer", s.optimizer).field("lr", s.lr);
   j.field("momentum", s.optimizer == "sgd" ? s.momentum : 0.0f).field("batch_size", static_cast<long long>(s.batch));
   j.field("epochs", s.epochs).field("seed", static_cast<unsigned long long>(s.seed)).field("data", s.data);
-  j.field("train_subset", static_cast<long long>(s.train_subset)).field("threads", s.threads).end();
+  j.field("train_subset", static_cast<long long>(s.train_subset)).field("train_images", static_cast<long long>(train_images));
+  j.field("threads", s.threads).end();
   j.key("levels").array();
   for (const auto& r : results) {
     j.object().field("opt_level", r.level).field("test_accuracy", r.accuracy).field("epoch_seconds", r.epoch_seconds);
@@ -329,7 +330,7 @@ int main(int argc, char** argv) try {
               static_cast<long long>(train_set.count), static_cast<long long>(test_set.count), s.optimizer.c_str(),
               s.lr, static_cast<long long>(s.batch), s.epochs);
   auto write_outputs = [&](bool complete) {
-    outputs.write([&](const std::string& flag) { return flag == "--json" ? to_json(s, device, details, results, complete) : to_csv(results); },
+    outputs.write([&](const std::string& flag) { return flag == "--json" ? to_json(s, device, details, train_set.count, results, complete) : to_csv(results); },
                   /*quiet=*/!complete);
   };
   for (const auto& level : levels) {
