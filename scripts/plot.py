@@ -18,7 +18,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 STYLES = ["-", "--", "-.", ":", (0, (5, 1)), (0, (3, 1, 1, 1))]
-MEMORY = ["weights", "master", "grads", "optimizer", "activations", "workspace"]
+MEMORY = ["weights", "master", "grads", "optimizer", "activations", "workspace", "data"]
 
 
 def smooth(values, span):

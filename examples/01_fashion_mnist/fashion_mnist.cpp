@@ -1,7 +1,8 @@
-// 01_fashion_mnist: the main job. An MLP 784-256-128-10 (ReLU, softmax
-// cross-entropy) trained on the real Fashion-MNIST at each opt level, with test
-// accuracy, speed and memory by category side by side, and a JSON summary and a
-// per-step CSV that scripts/plot.py draws.
+// 01_fashion_mnist: the main job. An MLP 784-256-128-10 or a CNN (two
+// conv3x3-BN-ReLU-maxpool stages, then 3136-128-10) trained on the real
+// Fashion-MNIST at each opt level, with test accuracy, speed and memory by
+// category side by side, the parameter table with its storage types, and a JSON
+// summary and a per-step CSV that scripts/plot.py draws.
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include <amp/amp.hpp>
 #include <amp/data/idx.hpp>
@@ -23,12 +25,37 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr float kMean = 0.2860f, kStd = 0.3530f;  // Fashion-MNIST pixel statistics
 constexpr std::int64_t kClasses = 10;
+
+// The recipes, as torch.nn.Sequential would write them (names match PyTorch's).
+template <amp::Policy P, amp::Backend B>
+using Mlp = amp::nn::Sequential<P, B, amp::nn::Linear, amp::nn::Linear, amp::nn::Linear>;
+template <amp::Policy P, amp::Backend B>
+using Cnn = amp::nn::Sequential<P, B, amp::nn::Conv2d, amp::nn::BatchNorm2d, amp::nn::ReLU, amp::nn::MaxPool2d,
+                                amp::nn::Conv2d, amp::nn::BatchNorm2d, amp::nn::ReLU, amp::nn::MaxPool2d,
+                                amp::nn::Flatten, amp::nn::Linear, amp::nn::Linear>;
+
+template <amp::Policy P, amp::Backend B>
+Mlp<P, B> make_mlp(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed) {
+  using amp::activation;
+  return Mlp<P, B>(ctx, {.max_batch = batch, .seed = seed}, {.in_features = 784, .out_features = 256, .act = activation::relu},
+                   {.in_features = 256, .out_features = 128, .act = activation::relu},
+                   {.in_features = 128, .out_features = kClasses});
+}
+
+template <amp::Policy P, amp::Backend B>
+Cnn<P, B> make_cnn(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed) {
+  using amp::activation;
+  return Cnn<P, B>(ctx, {.max_batch = batch, .seed = seed, .inputs = {{amp::Shape{28, 28, 1}}}},
+                   {.in_channels = 1, .out_channels = 32, .kernel = 3, .padding = 1}, {.features = 32}, {}, {.kernel = 2},
+                   {.in_channels = 32, .out_channels = 64, .kernel = 3, .padding = 1}, {.features = 64}, {}, {.kernel = 2},
+                   {}, {.in_features = 3136, .out_features = 128, .act = activation::relu},
+                   {.in_features = 128, .out_features = kClasses});
+}
 
 struct Settings {
   std::string model = "mlp", optimizer, data;
-  float lr = 0, momentum = 0;
+  float lr = 0, momentum = 0, mean = 0, stddev = 1;  // the training set's pixel statistics
   std::int64_t batch = 0, train_subset = 0;
   int epochs = 0, threads = 0;
   std::uint64_t seed = 0;
@@ -48,9 +75,14 @@ struct EpochLog {
   float scale;
 };
 
+struct ParamRow {
+  std::string name, shape, dtype, master_dtype;  // master_dtype empty: no master copy
+};
+
 struct LevelResult {
   std::string level;
   bool finished = false;
+  std::vector<ParamRow> parameters;
   double accuracy = 0, epoch_seconds = 0, samples_per_second = 0;
   std::size_t peak[static_cast<int>(amp::memory_kind::count)] = {};
   std::size_t peak_total = 0;
@@ -72,9 +104,10 @@ struct RecordStepOp {
   AMP_HOST_DEVICE void operator()(std::size_t) const { *out = {loss->value, scaler->scale, scaler->skipped}; }
 };
 
-// Test accuracy: argmax of the logits, on the host.
+// Test accuracy: argmax of the logits, on the host, in evaluation mode.
 template <class Model, amp::Backend B, class Loader>
 double accuracy(amp::Context<B>& ctx, Model& model, Loader& test_data) {
+  model.eval();
   std::int64_t correct = 0;
   for (std::int64_t b = 0; b < test_data.batches(); ++b) {
     const auto batch = test_data.batch(b);
@@ -88,6 +121,7 @@ double accuracy(amp::Context<B>& ctx, Model& model, Loader& test_data) {
       correct += best == labels[static_cast<std::size_t>(row)];
     }
   }
+  model.train();
   return static_cast<double>(correct) / static_cast<double>(test_data.size());
 }
 
@@ -100,28 +134,45 @@ void progress(const Settings& s, const std::string& level, int epoch, std::int64
   std::fflush(stdout);
 }
 
-template <amp::Policy P, amp::Backend B, class Opt>
-LevelResult train(amp::Context<B>& ctx, const amp::data::LabelledImages& train_set,
+// Each parameter with its stored type and its master's, as the policy decides by role.
+template <amp::Policy P, amp::Backend B>
+std::vector<ParamRow> parameter_rows(const amp::nn::ParameterStore<P, B>& store) {
+  using namespace amp::nn;
+  std::vector<ParamRow> rows;
+  for (const auto& p : store.table()) {
+    ParamRow r{p.name, p.shape.str(), "fp32", ""};
+    if (p.kind == role::weight) {
+      r.dtype = std::string(amp::type_name<typename ParamGroup<P, B, role::weight>::stored_type>());
+      if (ParamGroup<P, B, role::weight>::has_master) r.master_dtype = "fp32";
+    } else if (p.kind == role::norm) {
+      r.dtype = std::string(amp::type_name<typename ParamGroup<P, B, role::norm>::stored_type>());
+      if (ParamGroup<P, B, role::norm>::has_master) r.master_dtype = "fp32";
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+template <amp::Policy P, amp::Backend B, class Opt, class Model>
+LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledImages& train_set,
                   const amp::data::LabelledImages& test_set, const Settings& s) {
-  using T = typename P::activation_type;
   namespace nn = amp::nn;
-  nn::Sequential<P, B, nn::Linear, nn::Linear, nn::Linear> model(
-      ctx, {.max_batch = s.batch, .seed = s.seed},
-      {.in_features = 784, .out_features = 256, .act = amp::activation::relu},
-      {.in_features = 256, .out_features = 128, .act = amp::activation::relu},
-      {.in_features = 128, .out_features = kClasses});
   Opt opt = [&] {
     if constexpr (std::is_same_v<Opt, amp::optim::SGD<P, B>>)
       return Opt(model.parameters(), {.lr = s.lr, .momentum = s.momentum});
     else
       return Opt(model.parameters(), {.lr = s.lr});
   }();
-  amp::data::Loader<T, B> train_data(ctx, train_set, {.batch_size = s.batch, .seed = s.seed, .mean = kMean, .stddev = kStd});
-  amp::data::Loader<T, B> test_data(ctx, test_set, {.batch_size = s.batch, .shuffle = false, .mean = kMean, .stddev = kStd});
+  const amp::data::Layout layout = s.model == "cnn" ? amp::data::Layout::image : amp::data::Layout::flat;
+  amp::data::Loader<float, B> train_data(ctx, train_set, {.batch_size = s.batch, .seed = s.seed, .mean = s.mean,
+                                                          .stddev = s.stddev, .layout = layout});
+  amp::data::Loader<float, B> test_data(ctx, test_set, {.batch_size = s.batch, .shuffle = false, .mean = s.mean,
+                                                        .stddev = s.stddev, .layout = layout});
   amp::Buffer<StepRecord, B> records(ctx, static_cast<std::size_t>(train_data.batches()), amp::memory_kind::workspace);
 
   LevelResult r;
   r.level = std::string(amp::policy_name<P>());
+  r.parameters = parameter_rows(model.parameters());
   std::vector<double> epoch_times;
   std::size_t allocations_after_first_step = 0;
   for (int epoch = 1; epoch <= s.epochs; ++epoch) {
@@ -138,7 +189,7 @@ LevelResult train(amp::Context<B>& ctx, const amp::data::LabelledImages& train_s
         scaled.backward();
       }
       opt.step();
-      amp::for_each(ctx, 1, RecordStepOp{records.data() + b, loss.value_ptr(), opt.scaler().state()});
+      amp::for_each(ctx, 1, RecordStepOp{records.data() + b, loss.value_ptr(), opt.scaler().state_ptr()});
       if (epoch == 1 && b == 0) allocations_after_first_step = ctx.memory().allocations();
       if (s.tty && (b % 25 == 0 || b + 1 == train_data.batches())) {
         const StepRecord rec = amp::download_one(ctx, static_cast<const StepRecord*>(records.data() + b));
@@ -178,12 +229,23 @@ LevelResult train(amp::Context<B>& ctx, const amp::data::LabelledImages& train_s
   return r;
 }
 
+template <amp::Policy P, amp::Backend B, class Model>
+LevelResult run_model(amp::Context<B>& ctx, Model& model, const amp::data::LabelledImages& tr,
+                      const amp::data::LabelledImages& te, const Settings& s) {
+  if (s.optimizer == "sgd") return train<P, B, amp::optim::SGD<P, B>>(ctx, model, tr, te, s);
+  if (s.optimizer == "adam") return train<P, B, amp::optim::Adam<P, B>>(ctx, model, tr, te, s);
+  return train<P, B, amp::optim::AdamW<P, B>>(ctx, model, tr, te, s);
+}
+
 template <amp::Policy P, amp::Backend B>
 LevelResult run_level(amp::Context<B>& ctx, const amp::data::LabelledImages& tr, const amp::data::LabelledImages& te,
                       const Settings& s) {
-  if (s.optimizer == "sgd") return train<P, B, amp::optim::SGD<P, B>>(ctx, tr, te, s);
-  if (s.optimizer == "adam") return train<P, B, amp::optim::Adam<P, B>>(ctx, tr, te, s);
-  return train<P, B, amp::optim::AdamW<P, B>>(ctx, tr, te, s);
+  if (s.model == "cnn") {
+    auto model = make_cnn<P>(ctx, s.batch, s.seed);
+    return run_model<P>(ctx, model, tr, te, s);
+  }
+  auto model = make_mlp<P>(ctx, s.batch, s.seed);
+  return run_model<P>(ctx, model, tr, te, s);
 }
 
 std::string data_file(const std::string& dir, const std::string& name) {
@@ -214,12 +276,12 @@ void print_tables(const std::string& device, const std::vector<LevelResult>& res
   for (const auto& r : results)
     std::printf("%-8s %8.4f %9.3f %10.0f %11.2f %8lld %12g\n", r.level.c_str(), r.accuracy, r.epoch_seconds,
                 r.samples_per_second, mib(r.peak_total), r.skipped, r.final_scale);
-  std::printf("\npeak memory [MiB] weights   master    grads optimizer activations workspace\n");
+  std::printf("\npeak MiB  weights   master    grads optimizer activations workspace     data\n");
   for (const auto& r : results)
-    std::printf("%-17s %7.2f %8.2f %8.2f %9.2f %11.2f %9.2f\n", r.level.c_str(), mib(peak(r, memory_kind::weights)),
+    std::printf("%-8s %8.2f %8.2f %8.2f %9.2f %11.2f %9.2f %8.2f\n", r.level.c_str(), mib(peak(r, memory_kind::weights)),
                 mib(peak(r, memory_kind::master)), mib(peak(r, memory_kind::grads)),
                 mib(peak(r, memory_kind::optimizer)), mib(peak(r, memory_kind::activations)),
-                mib(peak(r, memory_kind::workspace)));
+                mib(peak(r, memory_kind::workspace)), mib(peak(r, memory_kind::data)));
   const auto o0 = std::find_if(results.begin(), results.end(), [](const auto& r) { return r.level == "O0"; });
   if (o0 != results.end()) {
     std::printf("\nrelative to O0: weights + activations memory, speed-up, test accuracy\n");
@@ -233,6 +295,15 @@ void print_tables(const std::string& device, const std::vector<LevelResult>& res
   for (const auto& r : results)
     if (r.allocations_in_loop != 0)
       std::printf("warning: %s allocated %lld times inside the training loop\n", r.level.c_str(), r.allocations_in_loop);
+}
+
+void print_parameters(const std::vector<LevelResult>& results) {
+  for (const auto& r : results) {
+    std::printf("\n%s parameters: name, shape, stored type, master copy\n", r.level.c_str());
+    for (const auto& p : r.parameters)
+      std::printf("  %-14s %-16s %-5s %s\n", p.name.c_str(), p.shape.c_str(), p.dtype.c_str(),
+                  p.master_dtype.empty() ? "-" : p.master_dtype.c_str());
+  }
 }
 
 std::string to_json(const Settings& s, const std::string& device, const std::string& details,
@@ -253,7 +324,14 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
       j.field(amp::memory_kind_names[k], static_cast<unsigned long long>(r.peak[k]));
     j.field("total", static_cast<unsigned long long>(r.peak_total)).end();
     j.field("skipped_steps", r.skipped).field("final_loss_scale", r.final_scale);
-    j.field("allocations_in_loop", r.allocations_in_loop).key("epochs").array();
+    j.field("allocations_in_loop", r.allocations_in_loop).key("parameters").array();
+    for (const auto& p : r.parameters) {
+      j.object().field("name", p.name).field("shape", p.shape).field("dtype", p.dtype).key("master_dtype");
+      if (p.master_dtype.empty()) j.null();
+      else j.value(p.master_dtype);
+      j.end();
+    }
+    j.end().key("epochs").array();
     for (const auto& e : r.epochs)
       j.object().field("epoch", e.epoch).field("seconds", e.seconds).field("train_loss", e.train_loss)
           .field("test_accuracy", e.test_accuracy).field("skipped_steps", e.skipped).field("loss_scale", e.scale).end();
@@ -279,8 +357,9 @@ std::string to_csv(const std::vector<LevelResult>& results) {
 
 int main(int argc, char** argv) try {
   examples::Args args("fashion_mnist",
-                      "MLP 784-256-128-10 on Fashion-MNIST at each opt level: accuracy, speed and memory side by side.");
+                      "An MLP or a CNN on Fashion-MNIST at each opt level: accuracy, speed and memory side by side.");
   args.flag("data", "/usr/share/datasets/fashion-mnist", "folder with the IDX files (gzip or raw; MNIST works too)", "DIR")
+      .flag("model", "mlp", "mlp (784-256-128-10) or cnn (2 x conv3x3-BN-ReLU-maxpool, 3136-128-10)", "NAME")
       .flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16|all", "LEVEL")
       .flag("device", "auto", "auto|cpu|cuda (auto: the GPU when one is present)", "DEVICE")
       .flag("threads", "0", "CPU threads (0: the idle cores; see README)", "N")
@@ -292,9 +371,14 @@ int main(int argc, char** argv) try {
       .flag("seed", "1", "seed of the initialisation and the shuffling", "N")
       .flag("train-subset", "0", "train on the first N images only (0: all 60000)", "N")
       .flag("json", "", "write the summary (settings, per level and per epoch) as JSON to FILE", "FILE")
-      .flag("csv", "", "write every step (level, epoch, step, loss, loss scale, skipped) to FILE", "FILE");
+      .flag("csv", "", "write every step (level, epoch, step, loss, loss scale, skipped) to FILE", "FILE")
+      .flag("summary", "no", "yes: print each level's parameters with their storage types", "yes|no");
   if (!args.parse(argc, argv)) return 0;
   Settings s;
+  s.model = args.str("model");
+  AMP_REQUIRE(s.model == "mlp" || s.model == "cnn", "--model must be mlp or cnn, got '", s.model, "'");
+  AMP_REQUIRE(args.str("summary") == "yes" || args.str("summary") == "no", "--summary must be yes or no, got '",
+              args.str("summary"), "'");
   s.optimizer = args.str("optimizer");
   AMP_REQUIRE(s.optimizer == "sgd" || s.optimizer == "adam" || s.optimizer == "adamw", "--optimizer must be sgd, adam "
               "or adamw, got '", s.optimizer, "'");
@@ -322,11 +406,12 @@ int main(int argc, char** argv) try {
               train_set.cols, ", expected 28x28");
   AMP_REQUIRE(test_set.rows == 28 && test_set.cols == 28, "the test images are ", test_set.rows, "x", test_set.cols,
               ", expected 28x28 like the training images");
+  std::tie(s.mean, s.stddev) = amp::data::pixel_statistics(train_set);
 
   examples::watch_interrupts();
   std::string device, details;
   std::vector<LevelResult> results;
-  std::printf("fashion_mnist: %lld train / %lld test images, %s lr %g, batch %lld, %d epochs\n",
+  std::printf("fashion_mnist: %s, %lld train / %lld test, %s lr %g, batch %lld, %d epochs\n", s.model.c_str(),
               static_cast<long long>(train_set.count), static_cast<long long>(test_set.count), s.optimizer.c_str(),
               s.lr, static_cast<long long>(s.batch), s.epochs);
   auto write_outputs = [&](bool complete) {
@@ -347,6 +432,7 @@ int main(int argc, char** argv) try {
     if (&level != &levels.back()) write_outputs(false);  // a finished level is kept, whatever happens next
   }
   if (!results.empty()) print_tables(device, results);
+  if (args.str("summary") == "yes") print_parameters(results);
   if (examples::interrupted()) {
     if (!results.empty()) write_outputs(false);
     std::printf("interrupted: kept the %zu finished level(s)%s\n", results.size(),

@@ -2,6 +2,16 @@
 // Opt levels as policy types. A policy is a plain struct of type aliases; layers
 // and optimizers ask it for types, and `if constexpr` removes the casts a level
 // does not need. A user policy derives from a built-in one and overrides an alias.
+// Every alias has an effect:
+//   param_type        stored weights and biases (Linear, Conv2d, Embedding)
+//   master_type       the optimizer's copy; a separate fp32 master exists exactly
+//                     where a role's stored type differs from it
+//   grad_type         gradients of the weights and biases
+//   activation_type   what layers write between each other
+//   norm_param_type   BatchNorm / LayerNorm scale and shift, and their gradients
+//   compute_type<op>  what each op category computes in (rounds its results to)
+//   loss_scaling      none, a static scale, or dynamic scaling: a compile-time mode
+// Sums (GEMM, reductions, statistics) always accumulate in fp32 or wider.
 #include <concepts>
 #include <string_view>
 #include <type_traits>
@@ -11,6 +21,9 @@
 namespace amp {
 
 // Op categories: O1's allow/deny lists are the compute_type table below.
+//   gemm: Linear and attention products; conv: convolutions; pointwise:
+//   activations, dropout, residual adds; norm: BatchNorm, LayerNorm; softmax:
+//   attention's softmax; loss: losses; reduction: pooling sums and means.
 enum class op { gemm, conv, pointwise, norm, softmax, loss, reduction };
 
 enum class scaling { none, static_scale, dynamic };
@@ -22,16 +35,14 @@ struct O0Policy {
   using grad_type = float;
   using activation_type = float;
   using norm_param_type = float;
-  using accumulate_type = float;
   template <op K>
   using compute_type = float;
-  static constexpr bool has_master_weights = false;
   static constexpr scaling loss_scaling = scaling::none;
   static constexpr std::string_view name = "O0";
 };
 
 namespace detail {
-// O1's table: GEMM and conv in the low type, everything numerically touchy in fp32.
+// O1's table: GEMM, conv and point-wise ops in the low type, everything numerically touchy in fp32.
 template <class Low, op K>
 using o1_compute = std::conditional_t<K == op::gemm || K == op::conv || K == op::pointwise, Low, float>;
 }  // namespace detail
@@ -49,11 +60,10 @@ struct O1Policy : O0Policy {
 struct O2Policy : O1Policy {
   using param_type = half;
   using grad_type = half;
-  static constexpr bool has_master_weights = true;
   static constexpr std::string_view name = "O2";
 };
 
-// O3: pure fp16, the speed baseline; reductions still accumulate in fp32.
+// O3: pure fp16, the speed baseline; sums still accumulate in fp32.
 struct O3Policy : O0Policy {
   using param_type = half;
   using master_type = half;
@@ -77,7 +87,6 @@ struct O1BF16Policy : O0Policy {
 struct O2BF16Policy : O1BF16Policy {
   using param_type = bfloat16;
   using grad_type = bfloat16;
-  static constexpr bool has_master_weights = true;
   static constexpr std::string_view name = "O2-bf16";
 };
 
@@ -88,7 +97,6 @@ concept Policy = requires {
   typename P::grad_type;
   typename P::activation_type;
   typename P::norm_param_type;
-  typename P::accumulate_type;
   typename P::template compute_type<op::gemm>;
   typename P::template compute_type<op::conv>;
   typename P::template compute_type<op::pointwise>;
@@ -96,33 +104,46 @@ concept Policy = requires {
   typename P::template compute_type<op::softmax>;
   typename P::template compute_type<op::loss>;
   typename P::template compute_type<op::reduction>;
-  { P::has_master_weights } -> std::convertible_to<bool>;
   { P::loss_scaling } -> std::convertible_to<scaling>;
-} && Scalar<typename P::param_type> && Scalar<typename P::master_type> &&
-    Scalar<typename P::grad_type> && Scalar<typename P::activation_type> &&
-    Scalar<typename P::norm_param_type> && std::is_same_v<typename P::accumulate_type, float>;
+} && Scalar<typename P::param_type> && Scalar<typename P::master_type> && Scalar<typename P::grad_type> &&
+    Scalar<typename P::activation_type> && Scalar<typename P::norm_param_type> &&
+    Scalar<typename P::template compute_type<op::gemm>> && Scalar<typename P::template compute_type<op::conv>>;
 
-// Facts the library derives from a policy's types, so that overriding one alias
-// keeps everything else consistent.
+// Facts the library derives from a policy's types (one source of truth), so
+// that overriding one alias keeps everything else consistent.
+
+// A role's stored type differs from the master type: the optimizer keeps an fp32 copy.
+template <Policy P, class Stored>
+inline constexpr bool keeps_master_v = !std::is_same_v<typename P::master_type, Stored>;
+
 template <Policy P>
-inline constexpr bool uses_master_weights_v =
-    !std::is_same_v<typename P::master_type, typename P::param_type>;
+inline constexpr bool uses_master_weights_v = keeps_master_v<P, typename P::param_type>;
 
-// O1-style: weights stored wider than the GEMM consumes them -> a per-step cast cache.
+// Weights stored wider than a GEMM or convolution consumes them: a per-step cast cache.
 template <Policy P>
 inline constexpr bool casts_weights_v =
-    !std::is_same_v<typename P::param_type, typename P::template compute_type<op::gemm>>;
+    !std::is_same_v<typename P::param_type, typename P::template compute_type<op::gemm>> ||
+    !std::is_same_v<typename P::param_type, typename P::template compute_type<op::conv>>;
+
+namespace detail {
+template <Policy P, class T>
+inline constexpr bool policy_uses_v =
+    std::is_same_v<typename P::param_type, T> || std::is_same_v<typename P::grad_type, T> ||
+    std::is_same_v<typename P::activation_type, T> || std::is_same_v<typename P::norm_param_type, T> ||
+    std::is_same_v<typename P::template compute_type<op::gemm>, T> ||
+    std::is_same_v<typename P::template compute_type<op::conv>, T> ||
+    std::is_same_v<typename P::template compute_type<op::pointwise>, T> ||
+    std::is_same_v<typename P::template compute_type<op::norm>, T> ||
+    std::is_same_v<typename P::template compute_type<op::softmax>, T> ||
+    std::is_same_v<typename P::template compute_type<op::loss>, T> ||
+    std::is_same_v<typename P::template compute_type<op::reduction>, T>;
+}  // namespace detail
 
 template <Policy P>
-inline constexpr bool needs_half_support_v =
-    std::is_same_v<typename P::template compute_type<op::gemm>, half> ||
-    std::is_same_v<typename P::param_type, half> || std::is_same_v<typename P::activation_type, half>;
+inline constexpr bool needs_half_support_v = detail::policy_uses_v<P, half>;
 
 template <Policy P>
-inline constexpr bool needs_bfloat16_support_v =
-    std::is_same_v<typename P::template compute_type<op::gemm>, bfloat16> ||
-    std::is_same_v<typename P::param_type, bfloat16> ||
-    std::is_same_v<typename P::activation_type, bfloat16>;
+inline constexpr bool needs_bfloat16_support_v = detail::policy_uses_v<P, bfloat16>;
 
 template <Policy P>
 constexpr std::string_view policy_name() {

@@ -91,6 +91,44 @@ TEST_CASE_TEMPLATE("cuda: gemm matches the FP64 reference and the host backend",
   }
 }
 
+TEST_CASE_TEMPLATE("cuda: the fused GEMM epilogue (bias, relu/gelu, pre-activation, bias gradient) matches the host", T,
+                   GemmFp32, GemmFp16, GemmBf16) {
+  AMP_REQUIRE_GPU();
+  using In = typename T::input;
+  Context<amp::cuda> ctx;
+  Context<host> hctx;
+  constexpr std::int64_t m = 37, n = 24, k = 40;  // n a multiple of 8, as cuBLASLt's aux buffers like
+  const auto a = random_values<In>(m * k, 61), b = random_values<In>(n * k, 62), bias = random_values<In>(n, 63);
+  DeviceCopy<In> da(ctx, a), db(ctx, b), dbias(ctx, bias);
+  for (const activation act : {activation::none, activation::relu, activation::gelu}) {
+    CAPTURE(static_cast<int>(act));
+    std::vector<In> hc(m * n), hpre(m * n);
+    Buffer<In, amp::cuda> dc(ctx, m * n, memory_kind::workspace), dpre(ctx, m * n, memory_kind::workspace);
+    GemmEpilogue<In> he{.bias = bias.data(), .act = act}, de{.bias = dbias.buf.data(), .act = act};
+    if (act == activation::gelu) he.pre_activation = hpre.data(), de.pre_activation = dpre.data();
+    gemm(hctx, Matrix<const In>{a.data(), m, k, k}, transpose::no, Matrix<const In>{b.data(), n, k, k}, transpose::yes,
+         matrix(hc.data(), m, n), he);
+    gemm(ctx, Matrix<const In>{da.buf.data(), m, k, k}, transpose::no, Matrix<const In>{db.buf.data(), n, k, k},
+         transpose::yes, matrix(dc.data(), m, n), de);
+    const double tol = 2 * gemm_rtol<In>(k) * k;
+    CHECK(worst_error_ratio(to_double(download(ctx, Span<const In>(dc.span()))), to_double(hc), 0.0, tol) <= 1.0);
+    if (act == activation::gelu)
+      CHECK(worst_error_ratio(to_double(download(ctx, Span<const In>(dpre.span()))), to_double(hpre), 0.0, tol) <= 1.0);
+  }
+  // The weight-gradient product with the bias gradient (BGRADB), accumulating.
+  const auto dy = random_values<In>(m * n, 64);
+  DeviceCopy<In> ddy(ctx, dy);
+  std::vector<In> hw(n * k, cast<In>(0.25f)), hb(n, cast<In>(0.5f));
+  DeviceCopy<In> dw(ctx, hw), dbb(ctx, hb);
+  gemm(hctx, Matrix<const In>{dy.data(), m, n, n}, transpose::yes, Matrix<const In>{a.data(), m, k, k}, transpose::no,
+       matrix(hw.data(), n, k), GemmEpilogue<In>{.beta = 1.0f, .grad_bias = hb.data()});
+  gemm(ctx, Matrix<const In>{ddy.buf.data(), m, n, n}, transpose::yes, Matrix<const In>{da.buf.data(), m, k, k},
+       transpose::no, matrix(dw.buf.data(), n, k), GemmEpilogue<In>{.beta = 1.0f, .grad_bias = dbb.buf.data()});
+  const double tol = 2 * gemm_rtol<In>(m) * m;
+  CHECK(worst_error_ratio(to_double(download(ctx, Span<const In>(dw.buf.span()))), to_double(hw), 0.0, tol) <= 1.0);
+  CHECK(worst_error_ratio(to_double(download(ctx, Span<const In>(dbb.buf.span()))), to_double(hb), 0.0, tol) <= 1.0);
+}
+
 namespace {
 struct AddIndex {
   int* out;

@@ -1,5 +1,7 @@
-// CUDA twins of the training-core tests: the same model, data and steps on the
-// GPU and the CPU must agree; the scaler's skip must be bit-exact on the device.
+// CUDA twins of the training-core tests: the same models, data and steps on
+// the GPU and the CPU must agree at every level (MLP, CNN, a residual block),
+// the scaler's skip must be bit-exact on the device, and the host-computed
+// initialisation and the dropout masks must give the same bits on both.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -15,24 +17,47 @@
 using namespace amp::test;
 using amp::Context;
 using amp::Policy;
+namespace nn = amp::nn;
 
 namespace {
-template <Policy P, class B>
-using Net = amp::nn::Sequential<P, B, amp::nn::Linear, amp::nn::GELU, amp::nn::Linear>;
+template <class P, class B>
+struct SmallCnn {
+  using T = typename P::activation_type;
+  nn::Conv2d<P, B> c1, c2;
+  nn::BatchNorm2d<P, B> bn;
+  nn::MaxPool2d<P, B> pool;
+  nn::GlobalAvgPool<P, B> gap;
+  nn::Linear<P, B> fc;
+  explicit SmallCnn(nn::Builder<P, B> b)
+      : c1(b.child("c1"), {.in_channels = 1, .out_channels = 8, .kernel = 3, .padding = 1, .bias = false}),
+        c2(b.child("c2"), {.in_channels = 8, .out_channels = 8, .kernel = 3, .padding = 1, .act = amp::activation::relu}),
+        bn(b.child("bn"), {.features = 8}),
+        pool(b.child("pool"), {.kernel = 2}),
+        gap(b.child("gap"), {}),
+        fc(b.child("fc"), {.in_features = 8, .out_features = 5}) {}
+  std::vector<nn::Input> default_inputs() const { return {{amp::Shape{8, 8, 1}}}; }
+  nn::Var<T> forward(nn::Graph<P, B>& g, nn::Var<T> x) {
+    const nn::Var<T> h = pool(g, nn::relu(g, bn(g, c1(g, x))));
+    return fc(g, gap(g, nn::add(g, c2(g, h), h)));  // a residual add
+  }
+};
 
-// Trains 5 Adam steps on (x, labels) and returns the fp32 view of the weights.
-template <Policy P, class B>
-std::vector<float> train(Context<B>& ctx, const std::vector<float>& x, const std::vector<std::int32_t>& labels) {
-  Net<P, B> net(ctx, {.max_batch = 32, .seed = 7}, {.in_features = 20, .out_features = 24}, {},
-                {.in_features = 24, .out_features = 5});
-  amp::optim::Adam<P, B> opt(net.parameters(), {.lr = 0.01f});
+template <class P, class B>
+using Mlp = nn::Sequential<P, B, nn::Linear, nn::Linear>;
+
+// 5 Adam steps on (x, labels); the fp32 view of every parameter afterwards.
+template <class Model, class B>
+std::vector<float> train(Model& model, Context<B>& ctx, const std::vector<float>& x, amp::Shape shape,
+                         const std::vector<std::int32_t>& labels) {
+  using P = typename Model::policy;
+  amp::optim::Adam<P, B> opt(model.parameters(), {.lr = 0.01f});
   amp::Buffer<float, B> dx(ctx, x.size(), amp::memory_kind::activations);
   amp::Buffer<std::int32_t, B> dl(ctx, labels.size(), amp::memory_kind::activations);
   amp::upload(ctx, dx.span(), x);
   amp::upload(ctx, dl.span(), labels);
   for (int i = 0; i < 5; ++i) {
-    auto loss = amp::nn::cross_entropy(ctx, net.forward(ctx, amp::matrix<const float>(dx.data(), 32, 20)),
-                                       amp::Span<const std::int32_t>(dl.span()));
+    auto out = model.forward(ctx, amp::TensorView<const float>(dx.data(), shape));
+    auto loss = nn::cross_entropy(ctx, out, amp::Span<const std::int32_t>(dl.span()));
     opt.zero_grad();
     {
       auto scaled = amp::scale_loss(loss, opt);
@@ -40,14 +65,24 @@ std::vector<float> train(Context<B>& ctx, const std::vector<float>& x, const std
     }
     opt.step();
   }
-  const auto w = amp::download(ctx, amp::Span<const typename P::param_type>(net.parameters().weights()));
-  std::vector<float> out(w.size());
-  for (std::size_t i = 0; i < w.size(); ++i) out[i] = amp::cast<float>(w[i]);
-  return out;
+  std::vector<float> all;
+  for (std::size_t i = 0; i < model.parameters().table().size(); ++i) {
+    const auto v = model.parameters().get_values(static_cast<int>(i));
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+template <Policy P>
+void compare(const std::vector<float>& wg, const std::vector<float>& wc) {
+  REQUIRE(wg.size() == wc.size());
+  // Both start from the same bits; 5 Adam steps of 0.01 bound the drift by the precision.
+  const double tol = 5 * 0.01 * policy_rtol<P>() + 1e-5;
+  for (std::size_t i = 0; i < wg.size(); ++i) REQUIRE(std::abs(wg[i] - wc[i]) <= tol);
 }
 }  // namespace
 
-TEST_CASE_TEMPLATE("cuda: training steps match the host backend at every level", P, amp::O0Policy, amp::O1Policy,
+TEST_CASE_TEMPLATE("cuda: MLP training steps match the host backend at every level", P, amp::O0Policy, amp::O1Policy,
                    amp::O2Policy, amp::O3Policy, amp::O1BF16Policy, amp::O2BF16Policy) {
   AMP_REQUIRE_GPU();
   const auto x = random_values<float>(32 * 20, 4);
@@ -55,12 +90,24 @@ TEST_CASE_TEMPLATE("cuda: training steps match the host backend at every level",
   for (int r = 0; r < 32; ++r) labels[r] = r % 5;
   Context<amp::cuda> gpu;
   Context<amp::host> cpu;
-  const auto wg = train<P>(gpu, x, labels);
-  const auto wc = train<P>(cpu, x, labels);
-  REQUIRE(wg.size() == wc.size());
-  // Both start from the same bits; 5 Adam steps of 0.01 bound the drift by the precision.
-  const double tol = 5 * 0.01 * policy_rtol<P>() + 1e-5;
-  for (std::size_t i = 0; i < wg.size(); ++i) REQUIRE(std::abs(wg[i] - wc[i]) <= tol);
+  Mlp<P, amp::cuda> mg(gpu, {.max_batch = 32, .seed = 7}, {.in_features = 20, .out_features = 24, .act = amp::activation::gelu},
+                       {.in_features = 24, .out_features = 5});
+  Mlp<P, amp::host> mc(cpu, {.max_batch = 32, .seed = 7}, {.in_features = 20, .out_features = 24, .act = amp::activation::gelu},
+                       {.in_features = 24, .out_features = 5});
+  compare<P>(train(mg, gpu, x, amp::Shape{32, 20}, labels), train(mc, cpu, x, amp::Shape{32, 20}, labels));
+}
+
+TEST_CASE_TEMPLATE("cuda: CNN training steps (conv, batchnorm, pools, a residual add) match the host at every level", P,
+                   amp::O0Policy, amp::O1Policy, amp::O2Policy, amp::O3Policy, amp::O1BF16Policy, amp::O2BF16Policy) {
+  AMP_REQUIRE_GPU();
+  const auto x = random_values<float>(16 * 64, 5);
+  std::vector<std::int32_t> labels(16);
+  for (int r = 0; r < 16; ++r) labels[r] = r % 5;
+  Context<amp::cuda> gpu;
+  Context<amp::host> cpu;
+  nn::Model<P, amp::cuda, SmallCnn<P, amp::cuda>> mg(gpu, {.max_batch = 16, .seed = 3});
+  nn::Model<P, amp::host, SmallCnn<P, amp::host>> mc(cpu, {.max_batch = 16, .seed = 3});
+  compare<P>(train(mg, gpu, x, amp::Shape{16, 8, 8, 1}, labels), train(mc, cpu, x, amp::Shape{16, 8, 8, 1}, labels));
 }
 
 TEST_CASE("cuda: an overflowing step is skipped on the device, bit for bit, and the scale backs off") {
@@ -71,15 +118,30 @@ TEST_CASE("cuda: an overflowing step is skipped on the device, bit for bit, and 
   f.set_grads({100.0f, 200.0f, -300.0f});
   opt.step();
   const auto master = f.values();
-  const auto momentum = amp::download(ctx, opt.state_buffer(0));
+  const auto momentum = amp::download(ctx, amp::Span<const float>(opt.state_buffer<nn::role::weight>(0)));
   f.set_grads({1.0f, std::numeric_limits<float>::infinity(), 1.0f});
   opt.step();
   CHECK(f.values() == master);
-  CHECK(amp::download(ctx, opt.state_buffer(0)) == momentum);
+  CHECK(amp::download(ctx, amp::Span<const float>(opt.state_buffer<nn::role::weight>(0))) == momentum);
   const auto s = opt.scaler().stats();
   CHECK(s.scale == 32768.0f);
   CHECK(s.skipped == 1);
   CHECK(opt.applied_steps() == 1);
+}
+
+TEST_CASE("cuda: one scaler, two optimizers: an overflow in one skips both on the device") {
+  AMP_REQUIRE_GPU();
+  Context<amp::cuda> ctx;
+  ParamFixture<amp::O2Policy, amp::cuda> a(ctx, {1.0f}), b(ctx, {2.0f});
+  amp::optim::SGD<amp::O2Policy, amp::cuda> opt_a(*a.params, {.lr = 0.5f}), opt_b(*b.params, {.lr = 0.5f});
+  amp::DynamicLossScaler<amp::cuda> scaler(ctx, {.init_scale = 4.0f});
+  a.set_grads({4.0f});
+  b.set_grads({std::numeric_limits<float>::quiet_NaN()});
+  scaler.step(opt_a);
+  scaler.step(opt_b);
+  scaler.update();
+  CHECK(a.values() == std::vector<float>{1.0f});
+  CHECK(scaler.stats().scale == 2.0f);
 }
 
 TEST_CASE("cuda: growth after the window, floor, and the divergence error from the lagging mirror") {
@@ -105,14 +167,20 @@ TEST_CASE("cuda: growth after the window, floor, and the divergence error from t
   CHECK(opt.scaler().stats().scale == 1.0f);
 }
 
-TEST_CASE("cuda: initialisation gives the same bits as on the host") {
+TEST_CASE("cuda: initialisation and dropout masks give the same bits as on the host") {
   AMP_REQUIRE_GPU();
   Context<amp::cuda> gpu;
   Context<amp::host> cpu;
-  amp::nn::Sequential<amp::O2Policy, amp::cuda, amp::nn::Linear> a(gpu, {.max_batch = 1, .seed = 3},
-                                                                   {.in_features = 100, .out_features = 50});
-  amp::nn::Sequential<amp::O2Policy, amp::host, amp::nn::Linear> b(cpu, {.max_batch = 1, .seed = 3},
-                                                                   {.in_features = 100, .out_features = 50});
-  CHECK(amp::download(gpu, amp::Span<const float>(a.parameters().master())) ==
-        amp::download(cpu, amp::Span<const float>(b.parameters().master())));
+  nn::Sequential<amp::O2Policy, amp::cuda, nn::Linear, nn::Dropout> a(gpu, {.max_batch = 4, .seed = 3},
+                                                                        {.in_features = 100, .out_features = 50}, {.p = 0.3f});
+  nn::Sequential<amp::O2Policy, amp::host, nn::Linear, nn::Dropout> b(cpu, {.max_batch = 4, .seed = 3},
+                                                                        {.in_features = 100, .out_features = 50}, {.p = 0.3f});
+  CHECK(a.parameters().get_values(0) == b.parameters().get_values(0));
+  const auto x = random_values<float>(4 * 100, 8);
+  amp::Buffer<float, amp::cuda> dx(gpu, x.size(), amp::memory_kind::activations);
+  amp::upload(gpu, dx.span(), x);
+  const auto yg = amp::download(gpu, a.forward(gpu, amp::matrix<const float>(dx.data(), 4, 100)).var.span());
+  const auto yc = amp::download(cpu, b.forward(cpu, amp::matrix<const float>(x.data(), 4, 100)).var.span());
+  for (std::size_t i = 0; i < yc.size(); ++i)
+    REQUIRE((amp::cast<float>(yg[i]) == 0.0f) == (amp::cast<float>(yc[i]) == 0.0f));  // the same mask
 }

@@ -92,7 +92,8 @@ with tempfile.TemporaryDirectory() as tmp:
         assert row["opt_level"] == level
         for key in ("test_accuracy", "epoch_seconds", "samples_per_second", "skipped_steps", "final_loss_scale"):
             assert isinstance(row[key], (int, float)), key
-        assert set(row["peak_bytes"]) == {"weights", "master", "grads", "optimizer", "activations", "workspace", "total"}
+        assert set(row["peak_bytes"]) == {"weights", "master", "grads", "optimizer", "activations", "workspace", "data",
+                                          "total"}
         assert row["allocations_in_loop"] == 0, row
         assert [e["epoch"] for e in row["epochs"]] == [1, 2, 3, 4], row["epochs"]
         with open(out["csv"]) as f:

@@ -125,8 +125,8 @@ TEST_CASE("loader: seeded shuffle, normalisation and the last partial batch") {
     const auto la = std::vector<std::int32_t>(ba.labels.data, ba.labels.data + ba.labels.size);
     const auto bb = b.batch(k);
     CHECK(ra == std::vector<float>(bb.x.data, bb.x.data + bb.x.size()));
-    CHECK(ba.x.rows == (k == 2 ? 2 : 4));
-    for (std::int64_t r = 0; r < ba.x.rows; ++r) {
+    CHECK(ba.x.shape == Shape{k == 2 ? 2 : 4, 2});
+    for (std::int64_t r = 0; r < ba.x.shape[0]; ++r) {
       CHECK(ra[r * 2 + 1] == doctest::Approx(1.0));  // (255/255 - 0.5) / 0.5
       CHECK(ra[r * 2] == doctest::Approx((la[r] / 255.0 - 0.5) / 0.5));
       seen.push_back(la[r]);
@@ -134,6 +134,12 @@ TEST_CASE("loader: seeded shuffle, normalisation and the last partial batch") {
   }
   std::sort(seen.begin(), seen.end());
   CHECK(seen == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  // Images come channels-last; the statistics are of pixel / 255.
+  data::Loader<float, host> images(ctx, set, {.batch_size = 4, .layout = data::Layout::image});
+  CHECK(images.batch(0).x.shape == Shape{4, 1, 2, 1});
+  const auto [mean, stddev] = data::pixel_statistics(set);
+  CHECK(mean == doctest::Approx((4.5 + 255) / 2 / 255.0));
+  CHECK(stddev > 0.0f);
 }
 
 TEST_CASE("IDX gzip: the trailer is verified and nothing may follow it") {

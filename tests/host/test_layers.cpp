@@ -1,153 +1,407 @@
+// Every layer, composed as users compose them (chains, a residual block, a
+// branch with fan-out, a tied weight, two losses), against an FP64 reference:
+// the loss value, and every parameter's gradient against FP64 central
+// differences, at every opt level. A layer's input gradient is checked through
+// the parameters before it (each net starts with a layer that has some).
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <memory>
+#include <tuple>
 
 #include "amp/amp.hpp"
-#include "support/policies.hpp"
 #include "support/reference.hpp"
-#include "support/reference_mlp.hpp"
+#include "support/reference_nn.hpp"
 
 using namespace amp;
 using namespace amp::test;
 using amp::host;
+using nn::Var;
 
 namespace {
 
-constexpr std::int64_t kIn = 6, kHidden = 5, kOut = 4, kRows = 7;
-
-template <Policy P, template <class, class> class Act>
-using Mlp = nn::Sequential<P, host, nn::Linear, Act, nn::Linear>;
-
-// The model's parameters as FP64 (the master copy where there is one).
-template <class Model>
-std::vector<double> parameters_of(Context<host>& ctx, Model& model) {
-  auto& params = model.parameters();
-  if constexpr (std::remove_reference_t<decltype(params)>::has_master)
-    return to_double(download(ctx, Span<const float>(params.master())));
-  else
-    return to_double(download(ctx, Span<const typename Model::policy::param_type>(params.weights())));
+// The worst gradient error a level may show, relative to the largest gradient
+// of the tensor: fp32 is limited by rounding and the FD step; fp16 and bf16 by
+// their rounding through a few layers. Measured worst (2026-12-03): O0 1.5e-6,
+// O1/O2 1.5e-3, O3 2.3e-3, bf16 9.5e-3; the bounds leave a factor of about 4.
+template <Policy P>
+double gradient_tolerance() {
+  using W = typename P::activation_type;
+  if constexpr (std::is_same_v<W, float>) return 2e-5;
+  else if constexpr (std::is_same_v<W, half>) return std::is_same_v<typename P::norm_param_type, half> ? 1e-2 : 6e-3;
+  else return 0.04;
 }
 
-template <class Model>
-RefMlp reference_of(Model& model, act a) {
-  auto& l1 = model.layers().head;
-  auto& l2 = model.layers().tail.tail.head;
-  return {kIn, kHidden, kOut, a, l1.weight_slot().offset, l1.bias_slot().offset, l2.weight_slot().offset,
-          l2.bias_slot().offset};
+// Each parameter as the forward consumed it: weights in the GEMM/conv compute
+// type (O1: the cast cache), norm parameters as stored.
+template <class Store>
+Params consumed_values(Store& store) {
+  using P = typename std::remove_reference_t<decltype(store.template group<nn::role::weight>())>::gemm_type;
+  Params out;
+  for (const auto& info : store.table()) {
+    if (info.kind == nn::role::buffer) continue;
+    std::vector<double> v;
+    if (info.kind == nn::role::weight) {
+      const nn::Param<nn::role::weight> p{info.offset, info.count, info.shape, 0};
+      v = to_double(download(store.context(), store.template as<P>(p)));
+    } else {
+      const nn::Param<nn::role::norm> p{info.offset, info.count, info.shape, 0};
+      v = to_double(download(store.context(), Span<const typename std::remove_reference_t<decltype(store.template group<nn::role::norm>())>::stored_type>(store.values(p))));
+    }
+    out[info.name] = v;
+  }
+  return out;
 }
 
-// Forward against the FP64 reference, backward against FP64 finite differences.
-template <Policy P, template <class, class> class Act>
-void check_mlp(act a, loss_kind kind) {
-  CAPTURE(policy_name<P>());
-  CAPTURE(static_cast<int>(a));
-  CAPTURE(static_cast<int>(kind));
-  Context<host> ctx;
-  Mlp<P, Act> model(ctx, {.max_batch = 8, .seed = 3}, {.in_features = kIn, .out_features = kHidden}, {},
-                    {.in_features = kHidden, .out_features = kOut});
-  // Inputs exact in every storage type, so the reference sees what the model sees.
-  const auto x = random_values<amp::bfloat16>(kRows * kIn, 11, -2.0f, 2.0f);
-  std::vector<float> xf(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) xf[i] = cast<float>(x[i]);
-  auto target = random_values<float>(kRows * kOut, 12, kind == loss_kind::bce ? 0.0f : -1.0f, 1.0f);
-  std::vector<std::int32_t> labels(kRows);
-  for (std::int64_t r = 0; r < kRows; ++r) labels[r] = static_cast<std::int32_t>((r * 3) % kOut);
-
-  auto out = model.forward(ctx, matrix<const float>(xf.data(), kRows, kIn));
-  const auto tm = matrix<const float>(target.data(), kRows, kOut);
-  auto loss = kind == loss_kind::mse ? nn::mse_loss(ctx, out, tm)
-              : kind == loss_kind::bce ? nn::bce_with_logits(ctx, out, tm)
-                                       : nn::cross_entropy(ctx, out, Span<const std::int32_t>{labels.data(), labels.size()});
-  fill(ctx, model.parameters().grads(), cast<typename P::grad_type>(0.0f));
-  loss.backward();
-
-  const RefMlp ref = reference_of(model, a);
-  const std::vector<double> p = parameters_of(ctx, model);
-  const std::vector<double> xd = to_double(xf), td = to_double(target);
-  const double rtol = policy_rtol<P>();
-
-  // Forward values and the loss value.
-  const auto y_ref = ref.forward(p, xd, kRows);
-  const auto y_got = to_double(download(ctx, Span<const typename P::activation_type>(out.value.span())));
-  double y_scale = 0;
-  for (double v : y_ref) y_scale = std::max(y_scale, std::abs(v));
-  CHECK(worst_error_ratio(y_got, y_ref, 0.0, rtol * y_scale) <= 1.0);
-  const double l_ref = RefMlp::loss(kind, y_ref, td, labels, kRows, kOut);
-  CHECK(loss.item() == doctest::Approx(l_ref).epsilon(rtol));
-
-  // Every parameter's gradient against a central difference of the FP64 loss.
-  auto f = [&](const std::vector<double>& q) { return RefMlp::loss(kind, ref.forward(q, xd, kRows), td, labels, kRows, kOut); };
-  const auto g_got = to_double(download(ctx, Span<const typename P::grad_type>(model.parameters().grads())));
-  std::vector<double> fd(p.size(), 0.0);
-  double g_scale = 0;
-  for (const std::size_t base : {ref.w1, ref.b1, ref.w2, ref.b2}) {
-    const std::size_t n = base == ref.w1 ? kIn * kHidden : base == ref.b1 ? kHidden : base == ref.w2 ? kHidden * kOut : kOut;
-    for (std::size_t i = base; i < base + n; ++i) {
-      fd[i] = central_difference(f, p, i, 1e-5);
-      g_scale = std::max(g_scale, std::abs(fd[i]));
+template <class Store>
+Params gradients(Store& store) {
+  Params out;
+  for (const auto& info : store.table()) {
+    if (info.kind == nn::role::weight) {
+      const nn::Param<nn::role::weight> p{info.offset, info.count, info.shape, 0};
+      out[info.name] = to_double(download(store.context(), Span<const typename std::remove_reference_t<decltype(store.grads(p))>::value_type>(store.grads(p))));
+    } else if (info.kind == nn::role::norm) {
+      const nn::Param<nn::role::norm> p{info.offset, info.count, info.shape, 0};
+      out[info.name] = to_double(download(store.context(), Span<const typename std::remove_reference_t<decltype(store.grads(p))>::value_type>(store.grads(p))));
     }
   }
-  REQUIRE(g_scale > 0);
-  CHECK(worst_error_ratio(g_got, fd, rtol, rtol * g_scale) <= 1.0);
+  return out;
 }
+
+// Inputs exact in every storage type, so the reference sees what the model sees.
+std::vector<float> exact_inputs(std::size_t n, std::uint32_t seed) {
+  const auto b = random_values<amp::bfloat16>(n, seed, -1.5f, 1.5f);
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) out[i] = cast<float>(b[i]);
+  return out;
+}
+
+// Builds Model<P, host, Net>, runs forward, the loss and backward, then checks
+// the loss value against ref(params) and each gradient against FD of ref.
+template <Policy P, template <class, class> class Net, class AmpLoss, class RefLoss>
+void check_net(const char* what, nn::ModelOptions options, const std::vector<float>& x, Shape x_shape, AmpLoss amp_loss,
+               RefLoss ref) {
+  CAPTURE(what);
+  CAPTURE(policy_name<P>());
+  Context<host> ctx;
+  nn::Model<P, host, Net<P, host>> model(ctx, options);
+  auto out = model.forward(ctx, TensorView<const float>(x.data(), x_shape));
+  auto loss = amp_loss(ctx, out);
+  model.parameters().zero_grad();
+  loss.backward();
+  const Params p = consumed_values(model.parameters());
+  const Vec xd = to_double(x);
+  auto f = [&](const Params& q) { return ref(q, xd); };
+  const double ref_loss = f(p);
+  const double tol = gradient_tolerance<P>();
+  CHECK(loss.item() == doctest::Approx(ref_loss).epsilon(tol));
+  const Params got = gradients(model.parameters());
+  for (const auto& [name, g] : got) {
+    CAPTURE(name);
+    Vec fd(g.size());
+    double scale = 0, worst = 0;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      fd[i] = central_difference(f, p, name, i, 1e-6);
+      scale = std::max(scale, std::abs(fd[i]));
+    }
+    for (std::size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - fd[i]));
+    CAPTURE(scale);
+    CHECK(worst <= tol * scale + 1e-12);
+  }
+}
+
+// ---- the nets ----------------------------------------------------------------
+constexpr std::int64_t N = 4;  // batch
+
+template <class P, class B, class Act>
+struct Mlp {
+  using T = typename P::activation_type;
+  nn::Linear<P, B> l1, l2;
+  Mlp(nn::Builder<P, B> b, activation fused = activation::none)
+      : l1(b.child("l1"), {.in_features = 6, .out_features = 5, .act = fused}), l2(b.child("l2"), {.in_features = 5, .out_features = 4}) {}
+  std::vector<nn::Input> default_inputs() const { return {{Shape{6}}}; }
+  Var<T> forward(nn::Graph<P, B>& g, Var<T> x) {
+    Var<T> h = l1(g, x);
+    if constexpr (!std::is_void_v<Act>) h = nn::apply_activation<P, B, Act>(g, h);
+    return l2(g, h);
+  }
+};
+template <class P, class B> struct MlpFusedRelu : Mlp<P, B, void> {
+  explicit MlpFusedRelu(nn::Builder<P, B> b) : Mlp<P, B, void>(b, activation::relu) {}
+};
+template <class P, class B> struct MlpFusedGelu : Mlp<P, B, void> {
+  explicit MlpFusedGelu(nn::Builder<P, B> b) : Mlp<P, B, void>(b, activation::gelu) {}
+};
+template <class P, class B> using MlpTanh = Mlp<P, B, TanhFn>;
+template <class P, class B> using MlpSigmoid = Mlp<P, B, SigmoidFn>;
+
+Vec ref_mlp(const Params& p, const Vec& x, double (*act)(double)) {
+  return linear(map(linear(x, 6, p.at("l1.weight"), p.at("l1.bias"), 5), act), 5, p.at("l2.weight"), p.at("l2.bias"), 4);
+}
+
+// conv(3x3, pad 1, no bias: BN follows) -> BN -> relu -> max-pool 2 -> conv(3x3, stride 2, pad 2, dilation 2, gelu fused) -> avg-pool 2
+// (stride 1) -> flatten -> Linear
+template <class P, class B>
+struct ConvNet {
+  using T = typename P::activation_type;
+  nn::Conv2d<P, B> c1;
+  nn::BatchNorm2d<P, B> bn;
+  nn::MaxPool2d<P, B> pool;
+  nn::Conv2d<P, B> c2;
+  nn::AvgPool2d<P, B> avg;
+  nn::Flatten<P, B> flat;
+  nn::Linear<P, B> fc;
+  explicit ConvNet(nn::Builder<P, B> b)
+      : c1(b.child("c1"), {.in_channels = 2, .out_channels = 4, .kernel = 3, .padding = 1, .bias = false}),
+        bn(b.child("bn"), {.features = 4}),
+        pool(b.child("pool"), {.kernel = 2}),
+        c2(b.child("c2"), {.in_channels = 4, .out_channels = 3, .kernel = 3, .stride = 2, .padding = 2, .dilation = 2,
+                           .act = activation::gelu}),
+        avg(b.child("avg"), {.kernel = 2, .stride = 1}),
+        flat(b.child("flat"), {}),
+        fc(b.child("fc"), {.in_features = 3, .out_features = 5}) {}
+  std::vector<nn::Input> default_inputs() const { return {{Shape{8, 8, 2}}}; }
+  Var<T> forward(nn::Graph<P, B>& g, Var<T> x) {
+    return fc(g, flat(g, avg(g, c2(g, pool(g, nn::relu(g, bn(g, c1(g, x))))))));
+  }
+};
+
+Vec ref_conv_net(const Params& p, const Vec& x) {
+  Image s{N, 8, 8, 2}, s1, s2, s3, s4;
+  Vec h = conv2d(x, s, p.at("c1.weight"), {}, 4, 3, 1, 1, 1, &s1);
+  h = map(batchnorm(h, 4, p.at("bn.weight"), p.at("bn.bias"), 1e-5), relu);
+  h = pool(h, s1, 2, 2, 0, true, &s2);
+  h = map(conv2d(h, s2, p.at("c2.weight"), p.at("c2.bias"), 3, 3, 2, 2, 2, &s3), gelu);
+  h = pool(h, s3, 2, 1, 0, false, &s4);
+  return linear(flatten(h, s4), s4.h * s4.w * s4.c, p.at("fc.weight"), p.at("fc.bias"), 5);
+}
+
+// A residual block: stem 1x1 conv, then conv-BN-relu-conv-BN plus the skip, relu, global average, Linear.
+template <class P, class B>
+struct ResNet {
+  using T = typename P::activation_type;
+  nn::Conv2d<P, B> stem, c1, c2;
+  nn::BatchNorm2d<P, B> bn1, bn2;
+  nn::GlobalAvgPool<P, B> gap;
+  nn::Linear<P, B> fc;
+  explicit ResNet(nn::Builder<P, B> b)
+      : stem(b.child("stem"), {.in_channels = 2, .out_channels = 3, .kernel = 1}),
+        c1(b.child("c1"), {.in_channels = 3, .out_channels = 3, .kernel = 3, .padding = 1, .bias = false}),
+        c2(b.child("c2"), {.in_channels = 3, .out_channels = 3, .kernel = 3, .padding = 1, .bias = false}),
+        bn1(b.child("bn1"), {.features = 3}),
+        bn2(b.child("bn2"), {.features = 3}),
+        gap(b.child("gap"), {}),
+        fc(b.child("fc"), {.in_features = 3, .out_features = 4}) {}
+  std::vector<nn::Input> default_inputs() const { return {{Shape{5, 5, 2}}}; }
+  Var<T> forward(nn::Graph<P, B>& g, Var<T> x) {
+    const Var<T> s = stem(g, x);  // read twice: by the block and by the skip
+    const Var<T> h = bn2(g, c2(g, nn::relu(g, bn1(g, c1(g, s)))));
+    return fc(g, gap(g, nn::relu(g, nn::add(g, h, s))));
+  }
+};
+
+Vec ref_res_net(const Params& p, const Vec& x) {
+  Image s{N, 5, 5, 2}, s0, s1;
+  const Vec stem = conv2d(x, s, p.at("stem.weight"), p.at("stem.bias"), 3, 1, 1, 0, 1, &s0);
+  Vec h = map(batchnorm(conv2d(stem, s0, p.at("c1.weight"), {}, 3, 3, 1, 1, 1, &s1), 3, p.at("bn1.weight"), p.at("bn1.bias"), 1e-5), relu);
+  h = batchnorm(conv2d(h, s1, p.at("c2.weight"), {}, 3, 3, 1, 1, 1, &s1), 3, p.at("bn2.weight"), p.at("bn2.bias"), 1e-5);
+  return linear(global_avg(map(add(h, stem), relu), s1), 3, p.at("fc.weight"), p.at("fc.bias"), 4);
+}
+
+// A branch with fan-out: h = LayerNorm(Linear(x)) feeds relu and tanh, concatenated, then Linear.
+template <class P, class B>
+struct Branch {
+  using T = typename P::activation_type;
+  nn::Linear<P, B> in, out;
+  nn::LayerNorm<P, B> ln;
+  explicit Branch(nn::Builder<P, B> b)
+      : in(b.child("in"), {.in_features = 6, .out_features = 5}),
+        out(b.child("out"), {.in_features = 10, .out_features = 3}),
+        ln(b.child("ln"), {.features = 5}) {}
+  std::vector<nn::Input> default_inputs() const { return {{Shape{6}}}; }
+  Var<T> forward(nn::Graph<P, B>& g, Var<T> x) {
+    const Var<T> h = ln(g, in(g, x));
+    return out(g, nn::concat(g, nn::relu(g, h), nn::apply_activation<P, B, TanhFn>(g, h)));
+  }
+};
+
+Vec ref_branch(const Params& p, const Vec& x) {
+  const Vec h = layernorm(linear(x, 6, p.at("in.weight"), p.at("in.bias"), 5), 5, p.at("ln.weight"), p.at("ln.bias"), 1e-5);
+  return linear(concat(map(h, relu), 5, map(h, tanh_), 5), 10, p.at("out.weight"), p.at("out.bias"), 3);
+}
+
+// One weight used twice (tied): y = head(L(relu(L(x)))).
+template <class P, class B>
+struct Tied {
+  using T = typename P::activation_type;
+  nn::Linear<P, B> shared, head;
+  explicit Tied(nn::Builder<P, B> b)
+      : shared(b.child("shared"), {.in_features = 5, .out_features = 5}), head(b.child("head"), {.in_features = 5, .out_features = 3}) {}
+  std::vector<nn::Input> default_inputs() const { return {{Shape{5}}}; }
+  Var<T> forward(nn::Graph<P, B>& g, Var<T> x) { return head(g, shared(g, nn::relu(g, shared(g, x)))); }
+};
+
+Vec ref_tied(const Params& p, const Vec& x) {
+  const Vec& w = p.at("shared.weight");
+  const Vec& b = p.at("shared.bias");
+  return linear(linear(map(linear(x, 5, w, b, 5), relu), 5, w, b, 5), 5, p.at("head.weight"), p.at("head.bias"), 3);
+}
+
+// Two heads on one trunk, two losses summed in one backward (an auxiliary head).
+template <class P, class B>
+struct TwoHeads {
+  using T = typename P::activation_type;
+  nn::Linear<P, B> trunk, a, b;
+  explicit TwoHeads(nn::Builder<P, B> bl)
+      : trunk(bl.child("trunk"), {.in_features = 6, .out_features = 5, .act = activation::relu}),
+        a(bl.child("a"), {.in_features = 5, .out_features = 4}),
+        b(bl.child("b"), {.in_features = 5, .out_features = 2}) {}
+  std::vector<nn::Input> default_inputs() const { return {{Shape{6}}}; }
+  std::tuple<Var<T>, Var<T>> forward(nn::Graph<P, B>& g, Var<T> x) {
+    const Var<T> h = trunk(g, x);
+    return {a(g, h), b(g, h)};
+  }
+};
+
+const std::vector<std::int32_t> labels{1, 3, 0, 2};
 
 template <Policy P>
 void check_all() {
-  check_mlp<P, nn::ReLU>(act::relu, loss_kind::mse);
-  check_mlp<P, nn::GELU>(act::gelu, loss_kind::cross_entropy);
-  check_mlp<P, nn::Tanh>(act::tanh, loss_kind::bce);
-  check_mlp<P, nn::Sigmoid>(act::sigmoid, loss_kind::cross_entropy);
-  check_mlp<P, nn::ReLU>(act::relu, loss_kind::bce);
+  const auto x6 = exact_inputs(N * 6, 11);
+  const auto t4 = exact_inputs(N * 4, 12);
+  auto t01 = random_values<float>(N * 4, 13, 0.0f, 1.0f);
+  const Span<const std::int32_t> y{labels.data(), labels.size()};
+  const auto ce = [&](Context<host>& c, const auto& out) { return nn::cross_entropy(c, out, y); };
+  const auto mse = [&](Context<host>& c, const auto& out) { return nn::mse_loss(c, out, matrix<const float>(t4.data(), N, 4)); };
+  const auto bce = [&](Context<host>& c, const auto& out) {
+    return nn::bce_with_logits(c, out, matrix<const float>(t01.data(), N, 4));
+  };
+  const Shape s6{N, 6};
+  check_net<P, MlpFusedRelu>("mlp relu (fused), mse", {.max_batch = N, .seed = 3}, x6, s6, mse,
+                             [&](const Params& p, const Vec& x) { return amp::test::mse(ref_mlp(p, x, relu), to_double(t4)); });
+  check_net<P, MlpFusedGelu>("mlp gelu (fused), cross-entropy", {.max_batch = N, .seed = 3}, x6, s6, ce,
+                             [&](const Params& p, const Vec& x) { return cross_entropy(ref_mlp(p, x, gelu), 4, labels); });
+  check_net<P, MlpTanh>("mlp tanh, bce", {.max_batch = N, .seed = 3}, x6, s6, bce,
+                        [&](const Params& p, const Vec& x) { return amp::test::bce(ref_mlp(p, x, tanh_), to_double(t01)); });
+  check_net<P, MlpSigmoid>("mlp sigmoid, cross-entropy", {.max_batch = N, .seed = 3}, x6, s6, ce,
+                           [&](const Params& p, const Vec& x) { return cross_entropy(ref_mlp(p, x, sigmoid), 4, labels); });
+  check_net<P, ConvNet>("conv, batchnorm, pools, flatten", {.max_batch = N, .seed = 4}, exact_inputs(N * 8 * 8 * 2, 21),
+                        Shape{N, 8, 8, 2}, [&](Context<host>& c, const auto& out) {
+                          const Span<const std::int32_t> y5{labels.data(), labels.size()};
+                          return nn::cross_entropy(c, out, y5);
+                        },
+                        [&](const Params& p, const Vec& x) { return cross_entropy(ref_conv_net(p, x), 5, labels); });
+  check_net<P, ResNet>("residual block", {.max_batch = N, .seed = 5}, exact_inputs(N * 5 * 5 * 2, 22), Shape{N, 5, 5, 2},
+                       ce, [&](const Params& p, const Vec& x) { return cross_entropy(ref_res_net(p, x), 4, labels); });
+  const auto t3 = exact_inputs(N * 3, 14);
+  check_net<P, Branch>("branch with fan-out, layernorm, concat", {.max_batch = N, .seed = 6}, x6, s6,
+                       [&](Context<host>& c, const auto& out) { return nn::mse_loss(c, out, matrix<const float>(t3.data(), N, 3)); },
+                       [&](const Params& p, const Vec& x) { return amp::test::mse(ref_branch(p, x), to_double(t3)); });
+  const auto x5 = exact_inputs(N * 5, 15);
+  check_net<P, Tied>("tied weight", {.max_batch = N, .seed = 7}, x5, Shape{N, 5},
+                     [&](Context<host>& c, const auto& out) { return nn::mse_loss(c, out, matrix<const float>(t3.data(), N, 3)); },
+                     [&](const Params& p, const Vec& x) { return amp::test::mse(ref_tied(p, x), to_double(t3)); });
+  const auto t2 = exact_inputs(N * 2, 16);
+  check_net<P, TwoHeads>(
+      "two losses in one backward", {.max_batch = N, .seed = 8}, x6, s6,
+      [&](Context<host>& c, const auto& outs) {
+        return nn::cross_entropy(c, std::get<0>(outs), y) +
+               0.5f * nn::mse_loss(c, std::get<1>(outs), matrix<const float>(t2.data(), N, 2));
+      },
+      [&](const Params& p, const Vec& x) {
+        const Vec h = map(linear(x, 6, p.at("trunk.weight"), p.at("trunk.bias"), 5), relu);
+        return cross_entropy(linear(h, 5, p.at("a.weight"), p.at("a.bias"), 4), 4, labels) +
+               0.5 * amp::test::mse(linear(h, 5, p.at("b.weight"), p.at("b.bias"), 2), to_double(t2));
+      });
 }
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("layers and losses: forward vs FP64, gradients vs FP64 finite differences", P, O0Policy,
+TEST_CASE_TEMPLATE("layers and compositions: loss vs FP64, every gradient vs FP64 finite differences", P, O0Policy,
                    O1Policy, O2Policy, O3Policy, O1BF16Policy, O2BF16Policy) {
   check_all<P>();
 }
 
-TEST_CASE("Linear without bias, and bad shapes are refused with the shapes named") {
+TEST_CASE("bad shapes are refused with the layer and the shapes named") {
   Context<host> ctx;
   nn::Sequential<O0Policy, host, nn::Linear> model(ctx, {.max_batch = 4, .seed = 1},
                                                    {.in_features = 3, .out_features = 2, .bias = false});
-  CHECK(model.parameters().count() == 128);  // one padded block: no bias block
+  CHECK(model.parameters().table().size() == 1);  // no bias
   std::vector<float> x{1, 2, 3, 4, 5, 6};
   auto y = model.forward(ctx, matrix<const float>(x.data(), 2, 3));
-  const auto w = download(ctx, Span<const float>(model.parameters().weights()));
-  const auto got = download(ctx, Span<const float>(y.value.span()));
+  const auto w = download(ctx, Span<const float>(model.parameters().group<nn::role::weight>().values()));
+  const auto got = download(ctx, Span<const float>(y.var.span()));
   CHECK(got[0] == doctest::Approx(w[0] * 1 + w[1] * 2 + w[2] * 3));
   CHECK(got[3] == doctest::Approx(w[3] * 4 + w[4] * 5 + w[5] * 6));
 
   CHECK_THROWS_WITH_AS(model.forward(ctx, matrix<const float>(x.data(), 3, 2)),
-                       doctest::Contains("input [3x2] (ld 2) does not fit a model of 3 input features"), Error);
+                       doctest::Contains("input 0 has shape [3x2], expected [batch x 3]"), Error);
   std::vector<float> big(15);
-  CHECK_THROWS_WITH_AS(model.forward(ctx, matrix<const float>(big.data(), 5, 3)), doctest::Contains("max_batch 4"),
-                       Error);
+  CHECK_THROWS_WITH_AS(model.forward(ctx, matrix<const float>(big.data(), 5, 3)), doctest::Contains("batch in 1..4"), Error);
   std::vector<float> t(6);
   CHECK_THROWS_WITH_AS(nn::mse_loss(ctx, y, matrix<const float>(t.data(), 3, 2)),
                        doctest::Contains("prediction [2x2] and target [3x2] differ"), Error);
-  std::vector<std::int32_t> labels{0, 2};
-  CHECK_THROWS_WITH_AS(nn::cross_entropy(ctx, y, Span<const std::int32_t>{labels.data(), 2}),
+  std::vector<std::int32_t> bad{0, 2};
+  CHECK_THROWS_WITH_AS(nn::cross_entropy(ctx, y, Span<const std::int32_t>{bad.data(), 2}),
                        doctest::Contains("label 2 at row 1 is outside [0, 2)"), Error);
-  CHECK_THROWS_WITH_AS(nn::cross_entropy(ctx, y, Span<const std::int32_t>{labels.data(), 1}),
+  CHECK_THROWS_WITH_AS(nn::cross_entropy(ctx, y, Span<const std::int32_t>{bad.data(), 1}),
                        doctest::Contains("1 labels for a prediction of 2 rows"), Error);
+  // Shapes that do not chain fail when the model is built (its planning pass), naming the layer.
   CHECK_THROWS_WITH_AS((nn::Sequential<O0Policy, host, nn::Linear, nn::Linear>(
                            ctx, {}, {.in_features = 3, .out_features = 2}, {.in_features = 4, .out_features = 1})),
-                       doctest::Contains("Linear(4 -> 1): the previous layer gives 2 features"), Error);
+                       doctest::Contains("Linear '1.' (4 -> 1): input [128x2] does not end in 4 features"), Error);
+  CHECK_THROWS_WITH_AS((nn::Sequential<O0Policy, host, nn::Conv2d>(ctx, {.max_batch = 2, .inputs = {{Shape{6, 6, 2}}}},
+                                                                   {.in_channels = 3, .out_channels = 4})),
+                       doctest::Contains("Conv2d '0.' (3 -> 4 channels): input [2x6x6x2]"), Error);
+  CHECK_THROWS_WITH_AS((nn::Sequential<O0Policy, host, nn::BatchNorm2d>(ctx, {.max_batch = 2, .inputs = {{Shape{6, 6, 2}}}},
+                                                                        {.features = 3})),
+                       doctest::Contains("BatchNorm '0.' (3 channels): input [2x6x6x2]"), Error);
+  CHECK_THROWS_WITH_AS((nn::Sequential<O0Policy, host, nn::MaxPool2d>(ctx, {.max_batch = 2, .inputs = {{Shape{1, 1, 2}}}},
+                                                                      {.kernel = 3})),
+                       doctest::Contains("window does not fit the input [2x1x1x2]"), Error);
+}
+
+TEST_CASE("batchnorm: running statistics in training, used in evaluation; dropout masks and scales") {
+  Context<host> ctx;
+  nn::Sequential<O0Policy, host, nn::BatchNorm1d, nn::Dropout> model(ctx, {.max_batch = 4, .seed = 2, .inputs = {{Shape{2}}}},
+                                                                      {.features = 2, .momentum = 0.5f}, {.p = 0.5f});
+  auto& store = model.parameters();
+  const auto rm = model.layer<0>().running_mean(), rv = model.layer<0>().running_var();
+  CHECK(store.get_values(rm.index) == std::vector<float>{0, 0});  // the planning pass leaves no trace
+  CHECK(store.get_values(rv.index) == std::vector<float>{1, 1});
+  std::vector<float> x{1, 10, 2, 20, 3, 30, 6, 40};
+  model.forward(ctx, matrix<const float>(x.data(), 4, 2));
+  // column 0: mean 3, biased var 3.5, unbiased 14/3; momentum 0.5
+  CHECK(store.get_values(rm.index)[0] == doctest::Approx(1.5));
+  CHECK(store.get_values(rv.index)[0] == doctest::Approx(0.5 + 0.5 * 14.0 / 3.0));
+  // Dropout zeroes about half of the elements and doubles the rest.
+  std::vector<float> ones(4 * 2, 1.0f);
+  model.eval();
+  auto y = download(ctx, Span<const float>(model.forward(ctx, matrix<const float>(ones.data(), 4, 2)).var.span()));
+  const float m = store.get_values(rm.index)[0], v = store.get_values(rv.index)[0];
+  CHECK(y[0] == doctest::Approx((1.0 - m) / std::sqrt(v + 1e-5)));  // running statistics, and no dropout
+  model.train();
+  nn::Sequential<O0Policy, host, nn::Dropout> drop(ctx, {.max_batch = 1000, .seed = 4, .inputs = {{Shape{10}}}}, {.p = 0.25f});
+  std::vector<float> many(10000, 1.0f);
+  const auto d = download(ctx, Span<const float>(drop.forward(ctx, matrix<const float>(many.data(), 1000, 10)).var.span()));
+  std::size_t zeros = 0;
+  for (const float e : d) {
+    zeros += e == 0.0f;
+    REQUIRE((e == 0.0f || e == doctest::Approx(1.0 / 0.75)));
+  }
+  CHECK(zeros == doctest::Approx(2500).epsilon(0.08));
 }
 
 TEST_CASE("initialisation is deterministic, bounded and independent of the thread count") {
   Context<host> one(1), two(2);
   auto make = [](Context<host>& ctx) {
     return std::make_unique<nn::Sequential<O2Policy, host, nn::Linear>>(
-        ctx, nn::SequentialOptions{.max_batch = 2, .seed = 9}, nn::Linear<O2Policy, host>::Config{.in_features = 300, .out_features = 200});
+        ctx, nn::ModelOptions{.max_batch = 2, .seed = 9}, nn::Linear<O2Policy, host>::Config{.in_features = 300, .out_features = 200});
   };
   auto a = make(one);
   auto b = make(two);
-  const auto ma = download(one, Span<const float>(a->parameters().master()));
-  const auto mb = download(two, Span<const float>(b->parameters().master()));
+  const auto ma = download(one, Span<const float>(a->parameters().group<nn::role::weight>().master()));
+  const auto mb = download(two, Span<const float>(b->parameters().group<nn::role::weight>().master()));
   CHECK(ma == mb);
   const float bound = std::sqrt(6.0f / 300.0f);
   double mean = 0, sq = 0;
@@ -160,8 +414,15 @@ TEST_CASE("initialisation is deterministic, bounded and independent of the threa
   CHECK(std::abs(mean) < 0.01 * bound);
   CHECK(sq / 60000 == doctest::Approx(bound * bound / 3).epsilon(0.02));  // variance of U(-b, b)
   // The fp16 weights are the rounded master.
-  const auto w = download(one, Span<const half>(a->parameters().weights()));
+  const auto w = download(one, Span<const half>(a->parameters().group<nn::role::weight>().values()));
   for (std::size_t i = 0; i < ma.size(); ++i) REQUIRE(detail::bits(w[i]) == detail::bits(cast<half>(ma[i])));
+  // PyTorch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+  nn::Sequential<O0Policy, host, nn::Linear> torch_like(one, {.max_batch = 1, .seed = 3},
+                                                        {.in_features = 400, .out_features = 50, .init = nn::initializer::torch_default});
+  float largest = 0;
+  for (const float v : torch_like.parameters().get_values(0)) largest = std::max(largest, std::abs(v));
+  CHECK(largest <= 0.05f);
+  CHECK(largest > 0.049f);
 }
 
 namespace {
@@ -180,15 +441,12 @@ TEST_CASE_TEMPLATE("Linear rounds its output once: within half an ulp of the exa
   constexpr std::int64_t rows = 16, in = 64, out = 48;
   Context<host> ctx;
   nn::Sequential<P, host, nn::Linear> model(ctx, {.max_batch = rows, .seed = 2}, {.in_features = in, .out_features = out});
-  // Inputs exact in every storage type.
-  const auto x = random_values<amp::bfloat16>(rows * in, 41, -2.0f, 2.0f);
-  std::vector<float> xf(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) xf[i] = cast<float>(x[i]);
-  const auto y = download(ctx, Span<const T>(model.forward(ctx, matrix<const float>(xf.data(), rows, in)).value.span()));
+  const auto xf = exact_inputs(rows * in, 41);
+  const auto y = download(ctx, Span<const T>(model.forward(ctx, matrix<const float>(xf.data(), rows, in)).var.span()));
   // What the GEMM multiplies: the weights and bias as compute_type<gemm> (O1: the cast cache).
-  auto& layer = model.layers().head;
-  const auto w = download(ctx, model.parameters().gemm_weights(layer.weight_slot()));
-  const auto b = download(ctx, model.parameters().gemm_weights(layer.bias_slot()));
+  auto& layer = model.template layer<0>();
+  const auto w = download(ctx, model.parameters().template as<G>(layer.weight()));
+  const auto b = download(ctx, model.parameters().template as<G>(layer.bias()));
   int over = 0;
   for (std::int64_t r = 0; r < rows; ++r)
     for (std::int64_t j = 0; j < out; ++j) {
@@ -201,6 +459,5 @@ TEST_CASE_TEMPLATE("Linear rounds its output once: within half an ulp of the exa
       const double err = std::abs(cast<float>(y[r * out + j]) - exact);
       if (err > 0.5 * ulp_of<T>(exact) + accumulation) ++over;
     }
-  static_assert(std::is_same_v<T, G> || std::is_same_v<T, float>);
   CHECK(over == 0);
 }

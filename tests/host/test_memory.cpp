@@ -38,32 +38,6 @@ TEST_CASE("buffers count bytes by category and move without copying") {
   CHECK(mem.peak_total() == 6040);
 }
 
-TEST_CASE("arena blocks are aligned and bounds-checked") {
-  Context<host> ctx;
-  ArenaLayout layout;
-  const auto a = layout.add<half>(3);     // 6 bytes
-  const auto b = layout.add<float>(5);
-  const auto c = layout.add<amp::bfloat16>(1);
-  CHECK(a.offset == 0);
-  CHECK(b.offset == 256);
-  CHECK(c.offset == 512);
-  CHECK(layout.bytes() == 514);
-
-  Arena<host> arena(ctx, layout, memory_kind::weights);
-  CHECK(ctx.memory().allocations() == 1);  // one allocation for all blocks
-  CHECK(ctx.memory().current(memory_kind::weights) == 514);
-  const Span<float> vb = arena.view(b);
-  CHECK(reinterpret_cast<std::uintptr_t>(vb.data) % 64 == 0);
-  CHECK(vb.size == 5);
-  for (std::size_t i = 0; i < vb.size; ++i) vb[i] = static_cast<float>(i);
-  CHECK(arena.view(b)[4] == 4.0f);
-
-  const Slot<float> outside{512, 10};
-  CHECK_THROWS_WITH_AS(arena.view(outside), doctest::Contains("outside the arena of 514 bytes"), Error);
-  const Slot<float> misaligned{2, 1};
-  CHECK_THROWS_WITH_AS(arena.view(misaligned), doctest::Contains("not aligned for fp32"), Error);
-}
-
 TEST_CASE("scratch grows to the largest request, then stays") {
   Context<host> ctx;
   float* p = ctx.scratch<float>(scratch_slot::gemm_a, 100);
@@ -84,7 +58,10 @@ TEST_CASE("tensors, shapes and transfers") {
   CHECK(t.shape().rows() == 4);
   CHECK(t.matrix().cols == 3);
   CHECK(Shape{2, 3, 5}.rows() == 6);
-  CHECK_THROWS_WITH_AS((Shape{1, 2, 3, 4, 5}), doctest::Contains("rank 5 exceeds 4"), Error);
+  CHECK_THROWS_WITH_AS((Shape{1, 2, 3, 4, 5, 6}), doctest::Contains("rank 6 exceeds 5"), Error);
+  CHECK(Shape{28, 28, 1}.batched(64) == Shape{64, 28, 28, 1});
+  CHECK(Shape{64, 28, 28, 1}.sample() == Shape{28, 28, 1});
+  CHECK(Shape{4, 5, 6}.with(-1, 7) == Shape{4, 5, 7});
   CHECK_THROWS_WITH_AS((Shape{2, -1}), doctest::Contains("negative dimension -1"), Error);
 
   const std::vector<float> src{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
@@ -93,4 +70,28 @@ TEST_CASE("tensors, shapes and transfers") {
   CHECK(t.matrix().first_rows(2).size() == 6);
   const std::vector<float> too_many(13, 0.0f);
   CHECK_THROWS_WITH_AS(upload(ctx, t.span(), too_many), doctest::Contains("13 elements do not fit"), Error);
+}
+
+TEST_CASE("a model's graph memory is planned at build: the steps allocate nothing, and temporaries are reused") {
+  Context<host> ctx;
+  nn::Sequential<O2Policy, host, nn::Conv2d, nn::MaxPool2d, nn::Flatten, nn::Linear> model(
+      ctx, {.max_batch = 8, .seed = 1, .inputs = {{Shape{6, 6, 2}}}}, {.in_channels = 2, .out_channels = 4, .padding = 1},
+      {}, {}, {.in_features = 36, .out_features = 3});
+  const std::size_t planned = model.graph().arena_bytes();
+  CHECK(planned > 0);
+  CHECK(ctx.memory().current(memory_kind::activations) >= planned);
+  std::vector<float> x(8 * 6 * 6 * 2, 0.5f);
+  std::vector<std::int32_t> y(8, 1);
+  const auto allocations = ctx.memory().allocations();
+  for (const std::int64_t batch : {8, 3, 8}) {
+    auto out = model.forward(ctx, TensorView<const float>(x.data(), Shape{batch, 6, 6, 2}));
+    auto loss = nn::cross_entropy(ctx, out, Span<const std::int32_t>(y.data(), static_cast<std::size_t>(batch)));
+    loss.backward();
+    CHECK(model.graph().bytes_in_use() <= planned);
+  }
+  CHECK(ctx.memory().allocations() == allocations);
+  CHECK_THROWS_WITH_AS(model.forward(ctx, TensorView<const float>(x.data(), Shape{9, 6, 6, 2})),
+                       doctest::Contains("batch in 1..8"), Error);
+  CHECK_THROWS_WITH_AS(model.forward(ctx, TensorView<const float>(x.data(), Shape{4, 6, 6, 3})),
+                       doctest::Contains("input 0 has shape [4x6x6x3]"), Error);
 }

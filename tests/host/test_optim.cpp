@@ -48,8 +48,8 @@ TEST_CASE("Adam and AdamW match the closed-form steps") {
     Context<host> ctx;
     ParamFixture<O0Policy, host> f(ctx, w0);
     const optim::AdamOptions o{.lr = 0.01f, .beta1 = 0.8f, .beta2 = 0.95f, .eps = 1e-6f, .weight_decay = 0.1f};
-    std::unique_ptr<optim::FusedOptimizer<O0Policy, host, optim::AdamRule<false>>> adam;
-    std::unique_ptr<optim::FusedOptimizer<O0Policy, host, optim::AdamRule<true>>> adamw;
+    std::unique_ptr<optim::Adam<O0Policy, host>> adam;
+    std::unique_ptr<optim::AdamW<O0Policy, host>> adamw;
     if (decoupled) adamw = std::make_unique<optim::AdamW<O0Policy, host>>(*f.params, o);
     else adam = std::make_unique<optim::Adam<O0Policy, host>>(*f.params, o);
     std::vector<double> w(w0.begin(), w0.end()), m(w0.size()), v(w0.size());
@@ -105,9 +105,9 @@ TEST_CASE("gradient clipping by global norm is fused into the step") {
   const auto w = f.values();
   CHECK(w[0] == doctest::Approx(1.0 - 3.0 / 5.0).epsilon(1e-5));
   CHECK(w[1] == doctest::Approx(1.0 - 4.0 / 5.0).epsilon(1e-5));
-  const auto stats = opt.scaler().stats();
-  CHECK(stats.last_grad_norm == doctest::Approx(5.0));
-  CHECK(stats.last_max_abs_grad == doctest::Approx(4.0));
+  const auto stats = opt.last_stats();  // as the gradients were: scaled
+  CHECK(std::sqrt(stats.sumsq) / 65536 == doctest::Approx(5.0));
+  CHECK(stats.maxabs / 65536 == doctest::Approx(4.0));
 }
 
 TEST_CASE("learning-rate schedules") {
@@ -149,4 +149,59 @@ TEST_CASE("optimizer options are validated") {
   CHECK_THROWS_WITH_AS((optim::Adam<O0Policy, host>(*f.params, {.beta1 = 1.0f})), doctest::Contains("betas"), Error);
   CHECK_THROWS_WITH_AS((optim::SGD<O0Policy, host>(*f.params, {.accumulation_steps = 0})),
                        doctest::Contains("accumulation_steps"), Error);
+}
+
+TEST_CASE("parameter groups: their own learning rate and weight decay, in the same fused pass") {
+  Context<host> ctx;
+  nn::ParameterStore<O0Policy, host> store(ctx);
+  const auto w = store.declare<nn::role::weight>("layer.weight", {2}, nn::Init::constant(1.0f));
+  const auto b = store.declare<nn::role::weight>("layer.bias", {2}, nn::Init::constant(1.0f), false);
+  const auto g = store.declare<nn::role::norm>("norm.weight", {2}, nn::Init::constant(1.0f), false);
+  store.allocate();
+  store.initialize(0);
+  optim::SGD<O0Policy, host> opt(store, {.lr = 0.1f, .weight_decay = 0.5f,
+                                         .groups = {{.select = optim::select::no_decay, .lr = 0.01f, .weight_decay = 0.0f}}});
+  opt.set_schedule([](std::int64_t step) { return step == 0 ? 0.1f : 0.05f; });  // groups keep their ratio
+  for (int t = 0; t < 2; ++t) {
+    upload(ctx, store.grads(w), std::vector<float>{1, 1});
+    upload(ctx, store.grads(b), std::vector<float>{1, 1});
+    upload(ctx, store.grads(g), std::vector<float>{1, 1});
+    opt.step();
+  }
+  // decayed group: w -= lr (g + 0.5 w); the no-decay group: lr / 10, no decay.
+  const double w1 = 1 - 0.1 * (1 + 0.5), w2 = w1 - 0.05 * (1 + 0.5 * w1);
+  CHECK(store.get_values(w.index)[0] == doctest::Approx(w2));
+  const double b2 = 1 - 0.01 - 0.005;
+  CHECK(store.get_values(b.index)[1] == doctest::Approx(b2));
+  CHECK(store.get_values(g.index)[0] == doctest::Approx(b2));
+}
+
+TEST_CASE("O2: one step covers fp16 weights with fp32 masters and fp32 norm parameters without") {
+  Context<host> ctx;
+  nn::ParameterStore<O2Policy, host> store(ctx);
+  const auto w = store.declare<nn::role::weight>("w", {3}, nn::Init::constant(0.3f));
+  const auto n = store.declare<nn::role::norm>("n", {3}, nn::Init::constant(0.3f));
+  store.allocate();
+  store.initialize(0);
+  static_assert(nn::ParamGroup<O2Policy, host, nn::role::weight>::has_master);
+  static_assert(!nn::ParamGroup<O2Policy, host, nn::role::norm>::has_master);
+  static_assert(std::is_same_v<decltype(store.values(n))::value_type, float>);
+  CHECK(ctx.memory().current(memory_kind::master) > 0);
+  optim::SGD<O2Policy, host> opt(store, {.lr = 0.25f});
+  upload(ctx, store.grads(w), std::vector<half>(3, cast<half>(32768.0f)));  // 0.5 at the initial scale
+  upload(ctx, store.grads(n), std::vector<float>(3, 32768.0f));
+  opt.step();
+  CHECK(store.get_values(w.index)[0] == doctest::Approx(0.3f - 0.125f).epsilon(1e-6));
+  CHECK(store.get_values(n.index)[2] == doctest::Approx(0.3f - 0.125f).epsilon(1e-6));
+}
+
+TEST_CASE("several models in one optimizer") {
+  Context<host> ctx;
+  ParamFixture<O0Policy, host> a(ctx, {1.0f}), b(ctx, {2.0f, 3.0f});
+  optim::SGD<O0Policy, host> opt({a.params.get(), b.params.get()}, {.lr = 0.5f});
+  a.set_grads({1.0f});
+  b.set_grads({2.0f, -2.0f});
+  opt.step();
+  CHECK(a.values() == std::vector<float>{0.5f});
+  CHECK(b.values() == std::vector<float>{1.0f, 4.0f});
 }

@@ -19,7 +19,7 @@ constexpr bool row_is() {
          std::is_same_v<typename P::template compute_type<op::softmax>, Soft> &&
          std::is_same_v<typename P::template compute_type<op::norm>, Soft> &&
          std::is_same_v<typename P::template compute_type<op::loss>, Soft> &&
-         std::is_same_v<typename P::accumulate_type, float> && P::loss_scaling == S;
+         P::loss_scaling == S;
 }
 
 // The DESIGN.md table, row by row.
@@ -30,10 +30,10 @@ static_assert(row_is<O3Policy, half, half, half, half, half, half, half, scaling
 static_assert(row_is<O1BF16Policy, float, float, float, amp::bfloat16, float, amp::bfloat16, float, scaling::none>());
 static_assert(row_is<O2BF16Policy, amp::bfloat16, float, amp::bfloat16, amp::bfloat16, float, amp::bfloat16, float, scaling::none>());
 
-static_assert(!O0Policy::has_master_weights && !O1Policy::has_master_weights && O2Policy::has_master_weights &&
-              !O3Policy::has_master_weights && O2BF16Policy::has_master_weights);
-static_assert(uses_master_weights_v<O2Policy> == O2Policy::has_master_weights);
-static_assert(uses_master_weights_v<O3Policy> == O3Policy::has_master_weights);
+static_assert(!uses_master_weights_v<O0Policy> && !uses_master_weights_v<O1Policy> && uses_master_weights_v<O2Policy> &&
+              !uses_master_weights_v<O3Policy> && uses_master_weights_v<O2BF16Policy>);
+// O2 keeps fp32 norm parameters, so they need no master copy; its fp16 weights do.
+static_assert(!keeps_master_v<O2Policy, O2Policy::norm_param_type> && keeps_master_v<O2Policy, O2Policy::param_type>);
 static_assert(casts_weights_v<O1Policy> && !casts_weights_v<O2Policy> && !casts_weights_v<O0Policy>);
 static_assert(Policy<O0Policy> && Policy<O1Policy> && Policy<O2Policy> && Policy<O3Policy> &&
               Policy<O1BF16Policy> && Policy<O2BF16Policy>);

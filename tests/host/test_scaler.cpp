@@ -1,3 +1,5 @@
+// The loss scaler against its state machine, and the behaviours PyTorch's
+// test_grad_scaling_* and Apex's run_amp tests check, written for amp.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -5,6 +7,7 @@
 
 #include "amp/amp.hpp"
 #include "support/param_fixture.hpp"
+#include "support/reference.hpp"
 
 using namespace amp;
 using namespace amp::test;
@@ -23,25 +26,27 @@ std::vector<std::uint16_t> bits_of(const std::vector<T>& v) {
 }  // namespace
 
 TEST_CASE("policies pick their scaler at compile time") {
-  static_assert(default_scaler_config<O0Policy>().mode == scaling::none);
-  static_assert(default_scaler_config<O1Policy>().mode == scaling::dynamic);
+  static_assert(default_scaler_t<O0Policy, host>::mode == scaling::none);
+  static_assert(default_scaler_t<O1Policy, host>::mode == scaling::dynamic);
+  static_assert(default_scaler_t<O3Policy, host>::mode == scaling::static_scale);
+  static_assert(default_scaler_t<O2BF16Policy, host>::mode == scaling::none);
   static_assert(default_scaler_config<O2Policy>().init_scale == 65536.0f);
-  static_assert(default_scaler_config<O3Policy>().mode == scaling::static_scale);
   static_assert(default_scaler_config<O3Policy>().init_scale == 1.0f);
-  static_assert(default_scaler_config<O2BF16Policy>().mode == scaling::none);
   constexpr ScalerConfig d{};
   static_assert(d.growth_factor == 2.0f && d.backoff_factor == 0.5f && d.growth_interval == 2000 &&
-                d.max_scale == 16777216.0f);
+                d.max_scale == 16777216.0f && d.hysteresis == 1);
   Context<host> ctx;
-  CHECK(StaticLossScaler<host>(ctx, 128.0f).stats().scale == 128.0f);
+  CHECK(StaticLossScaler<host>(ctx, {.init_scale = 128.0f}).stats().scale == 128.0f);
   CHECK(NoLossScaler<host>(ctx).stats().scale == 1.0f);
+  CHECK(NoLossScaler<host>(ctx).scale_ptr() == nullptr);  // no scaling: nothing to multiply
   CHECK(DynamicLossScaler<host>(ctx).stats().scale == 65536.0f);
   CHECK_THROWS_WITH_AS((DynamicLossScaler<host>(ctx, {.init_scale = 0.0f})), doctest::Contains("0 < min_scale <= init_scale"),
                        Error);
   CHECK_THROWS_WITH_AS((DynamicLossScaler<host>(ctx, {.backoff_factor = 1.5f})), doctest::Contains("backoff_factor"), Error);
+  CHECK_THROWS_WITH_AS((DynamicLossScaler<host>(ctx, {.hysteresis = 0})), doctest::Contains("hysteresis >= 1"), Error);
 }
 
-TEST_CASE("kInf and NaN gradients: the step is skipped bit for bit and the scale backs off") {
+TEST_CASE("inf and NaN gradients: the step is skipped bit for bit and the scale backs off") {
   for (const float bad : {kInf, -kInf, kNaN}) {
     CAPTURE(bad);
     Context<host> ctx;
@@ -51,16 +56,16 @@ TEST_CASE("kInf and NaN gradients: the step is skipped bit for bit and the scale
     opt.step();  // one good step, so there is optimizer state to preserve
     const auto master = f.values();
     const auto weights = bits_of(f.weights());
-    const auto m = download(ctx, opt.state_buffer(0));
-    const auto v = download(ctx, opt.state_buffer(1));
+    const auto m = download(ctx, Span<const float>(opt.state_buffer<nn::role::weight>(0)));
+    const auto v = download(ctx, Span<const float>(opt.state_buffer<nn::role::weight>(1)));
     CHECK(opt.scaler().stats().scale == 65536.0f);
 
     f.set_grads({1000.0f, bad, 5.0f});
     opt.step();
     CHECK(f.values() == master);
     CHECK(bits_of(f.weights()) == weights);
-    CHECK(download(ctx, opt.state_buffer(0)) == m);
-    CHECK(download(ctx, opt.state_buffer(1)) == v);
+    CHECK(download(ctx, Span<const float>(opt.state_buffer<nn::role::weight>(0))) == m);
+    CHECK(download(ctx, Span<const float>(opt.state_buffer<nn::role::weight>(1))) == v);
     CHECK(opt.applied_steps() == 1);
     const auto s = opt.scaler().stats();
     CHECK(s.scale == 32768.0f);
@@ -95,24 +100,40 @@ TEST_CASE("the scale grows after exactly growth_interval clean steps and is capp
   CHECK(capped.scaler().stats().scale == 16777216.0f);
   capped.step();
   CHECK(capped.scaler().stats().scale == 16777216.0f);  // 2^24 is the default max
-  // An overflow resets the growth window.
-  g.set_grads({kInf});
+  g.set_grads({kInf});  // an overflow resets the growth window
   capped.step();
   CHECK(capped.scaler().stats().scale == 8388608.0f);
+}
+
+TEST_CASE("hysteresis: back off only after N overflows in a row") {
+  Context<host> ctx;
+  ParamFixture<O1Policy, host> f(ctx, {0.0f});
+  optim::SGD<O1Policy, host> opt(*f.params, {.lr = 0.0f}, {.init_scale = 1024.0f, .hysteresis = 2});
+  auto step_with = [&](float g) {
+    f.set_grads({g});
+    opt.step();
+    return opt.scaler().stats().scale;
+  };
+  CHECK(step_with(kInf) == 1024.0f);  // first overflow: skipped, the scale holds
+  CHECK(step_with(kInf) == 512.0f);   // second in a row: backoff
+  CHECK(step_with(kInf) == 512.0f);
+  CHECK(step_with(1.0f) == 512.0f);   // a clean step resets the count
+  CHECK(step_with(kInf) == 512.0f);
+  CHECK(step_with(kInf) == 256.0f);
+  CHECK(opt.scaler().stats().skipped == 5);
 }
 
 TEST_CASE("the scale backs off to its floor and never below; a run stuck there is a divergence") {
   Context<host> ctx;
   ParamFixture<O1Policy, host> f(ctx, {0.0f});
-  optim::SGD<O1Policy, host> opt(*f.params, {.lr = 0.1f},
-                                 {.init_scale = 8.0f, .min_scale = 2.0f, .max_consecutive_skips = 5});
+  optim::SGD<O1Policy, host> opt(*f.params, {.lr = 0.1f}, {.init_scale = 8.0f, .min_scale = 2.0f, .max_consecutive_skips = 5});
   f.set_grads({kNaN});
-  const std::vector<float> expect{4.0f, 2.0f, 2.0f, 2.0f};
-  for (const float e : expect) {
+  for (const float e : {4.0f, 2.0f, 2.0f, 2.0f}) {
     opt.step();
     CHECK(opt.scaler().stats().scale == e);
   }
-  CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("training diverged: 5 consecutive steps had non-finite gradients (loss scale 2, at its floor)"),
+  CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("training diverged: 5 consecutive steps had non-finite gradients "
+                                                     "(loss scale 2, at its floor)"),
                        Error);
   CHECK(f.values()[0] == 0.0f);  // nothing was lost
 }
@@ -122,7 +143,7 @@ TEST_CASE("a NaN loss is reported as a divergence, not skipped forever") {
   nn::Sequential<O2Policy, host, nn::Linear> model(ctx, {.max_batch = 2, .seed = 1}, {.in_features = 2, .out_features = 1});
   optim::SGD<O2Policy, host> opt(model.parameters(), {.lr = 0.1f});
   std::vector<float> x{1, 2, 3, 4}, y{0, kNaN};
-  const auto before = download(ctx, Span<const float>(model.parameters().master()));
+  const auto before = model.parameters().get_values(0);
   int steps = 0;
   try {
     for (; steps < 100; ++steps) {
@@ -138,12 +159,12 @@ TEST_CASE("a NaN loss is reported as a divergence, not skipped forever") {
     CHECK(std::string(e.what()).find("training diverged: 32 consecutive steps") != std::string::npos);
   }
   CHECK(steps == 31);
-  CHECK(download(ctx, Span<const float>(model.parameters().master())) == before);
+  CHECK(model.parameters().get_values(0) == before);
   auto loss = nn::mse_loss(ctx, model.forward(ctx, matrix<const float>(x.data(), 2, 2)), matrix<const float>(y.data(), 2, 1));
   CHECK_THROWS_WITH_AS(loss.item(), doctest::Contains("mse_loss: the target of row 1 is invalid"), Error);
 }
 
-TEST_CASE("the overflow check yields non-finite count, sum of squares and max |g| in one reduction") {
+TEST_CASE("the overflow check: non-finite count, sum of squares and max |g| in one reduction") {
   Context<host> ctx;
   std::vector<half> g(10000);
   double sumsq = 0;
@@ -162,5 +183,223 @@ TEST_CASE("the overflow check yields non-finite count, sum of squares and max |g
   grad_stats(ctx, Span<const half>{g.data(), g.size()}, &s);
   CHECK(s.nonfinite == 2);
   CHECK(overflowed(s));
-  CHECK(overflowed(GradStats{kInf, 1.0f, 0}));  // a norm beyond fp32 is an overflow too
+  CHECK(overflowed(GradStats{1e39, 1.0f, 0}));  // a norm beyond fp32 is an overflow too
+}
+
+TEST_CASE("the gradient norm of 50M elements is right to fp32 rounding (fp64 sums)") {
+  Context<host> ctx;
+  std::vector<float> g(50'000'000, 4.0f);
+  GradStats s{};
+  grad_stats(ctx, Span<const float>{g.data(), g.size()}, &s);
+  CHECK(std::sqrt(s.sumsq) == doctest::Approx(4.0 * std::sqrt(5e7)).epsilon(1e-7));  // 28284.27; fp32 sums gave 16384
+}
+
+TEST_CASE("call order: unscale or step twice, update without a step, backward after the step are errors") {
+  Context<host> ctx;
+  nn::Sequential<O2Policy, host, nn::Linear> model(ctx, {.max_batch = 2, .seed = 1}, {.in_features = 2, .out_features = 2});
+  optim::SGD<O2Policy, host> opt(model.parameters(), {.lr = 0.1f});
+  DynamicLossScaler<host> scaler(ctx);
+  std::vector<float> x{1, 2, 3, 4};
+  std::vector<std::int32_t> y{0, 1};
+  auto backward = [&] {
+    auto loss = nn::cross_entropy(ctx, model.forward(ctx, matrix<const float>(x.data(), 2, 2)), Span<const std::int32_t>{y.data(), 2});
+    auto s = scaler.scale(loss);
+    s.backward();
+  };
+  CHECK_THROWS_WITH_AS(scaler.update(), doctest::Contains("update() without a step() or unscale()"), Error);
+  opt.zero_grad();
+  backward();
+  scaler.unscale(opt);
+  CHECK_THROWS_WITH_AS(scaler.unscale(opt), doctest::Contains("unscale() was already called for this optimizer"), Error);
+  scaler.step(opt);
+  CHECK_THROWS_WITH_AS(scaler.step(opt), doctest::Contains("step() was already called for this optimizer"), Error);
+  CHECK_THROWS_WITH_AS(backward(), doctest::Contains("a scaled backward after this iteration's step() or unscale()"), Error);
+  scaler.update();
+  CHECK_THROWS_WITH_AS(scaler.update(), doctest::Contains("update() without a step()"), Error);
+  opt.zero_grad();
+  backward();  // a new iteration is fine
+  scaler.step(opt);
+  scaler.update();
+  CHECK(scaler.stats().steps == 2);
+}
+
+TEST_CASE("one scaler, several optimizers: an overflow in any skips all, and the scale backs off once") {
+  Context<host> ctx;
+  ParamFixture<O2Policy, host> a(ctx, {1.0f, 2.0f}), b(ctx, {3.0f});
+  optim::SGD<O2Policy, host> opt_a(*a.params, {.lr = 0.5f}), opt_b(*b.params, {.lr = 0.5f});
+  DynamicLossScaler<host> scaler(ctx, {.init_scale = 4.0f});
+  a.set_grads({4.0f, 8.0f});
+  b.set_grads({kInf});
+  scaler.step(opt_a);  // checks both: b overflowed, so a skips too
+  scaler.step(opt_b);
+  scaler.update();
+  CHECK(a.values() == std::vector<float>{1.0f, 2.0f});
+  CHECK(b.values() == std::vector<float>{3.0f});
+  CHECK(scaler.stats().scale == 2.0f);
+  CHECK(scaler.stats().skipped == 1);
+  // Clean: each optimizer steps with its own gradients, unscaled by the shared scale.
+  a.set_grads({4.0f, 8.0f});
+  b.set_grads({2.0f});
+  scaler.step(opt_b);
+  scaler.step(opt_a);
+  scaler.update();
+  CHECK(a.values() == std::vector<float>{0.0f, 0.0f});
+  CHECK(b.values() == std::vector<float>{2.5f});
+  // Clipping for b uses b's own norm, not a's.
+  optim::SGD<O2Policy, host> clip_b(*b.params, {.lr = 1.0f, .max_grad_norm = 0.5f});
+  a.set_grads({400.0f, 800.0f});
+  b.set_grads({4.0f});  // 2.0 once unscaled by 2
+  scaler.step(opt_a);
+  scaler.step(clip_b);
+  scaler.update();
+  CHECK(b.values()[0] == doctest::Approx(2.5 - 0.5).epsilon(1e-3));
+}
+
+TEST_CASE("explicit unscale under O2 keeps small gradients: they go to fp32, not back to fp16") {
+  Context<host> ctx;
+  ParamFixture<O2Policy, host> f(ctx, {0.0f});
+  optim::SGD<O2Policy, host> opt(*f.params, {.lr = 1.0f});
+  DynamicLossScaler<host> scaler(ctx);
+  const float tiny = 2e-8f;  // below fp16's smallest subnormal (6e-8)
+  f.set_grads({tiny * 65536.0f});
+  scaler.unscale(opt);
+  scaler.step(opt);
+  scaler.update();
+  CHECK(f.values()[0] == doctest::Approx(-cast<float>(cast<half>(tiny * 65536.0f)) / 65536.0).epsilon(1e-6));
+  CHECK(f.values()[0] != 0.0f);
+}
+
+TEST_CASE("clipping gives the same step with and without a separate unscale") {
+  Context<host> ctx;
+  ParamFixture<O1Policy, host> a(ctx, {1.0f, 1.0f}), b(ctx, {1.0f, 1.0f});
+  optim::SGD<O1Policy, host> opt_a(*a.params, {.lr = 1.0f, .max_grad_norm = 1.0f});
+  optim::SGD<O1Policy, host> opt_b(*b.params, {.lr = 1.0f, .max_grad_norm = 1.0f});
+  DynamicLossScaler<host> scaler(ctx);
+  a.set_grads({3.0f * 65536, 4.0f * 65536});
+  b.set_grads({3.0f * 65536, 4.0f * 65536});
+  opt_a.step();  // fused unscale
+  scaler.unscale(opt_b);
+  scaler.step(opt_b);
+  scaler.update();
+  CHECK(a.values()[0] == doctest::Approx(1.0 - 3.0 / 5.0).epsilon(1e-5));
+  CHECK(b.values()[0] == doctest::Approx(a.values()[0]).epsilon(1e-6));
+  CHECK(b.values()[1] == doctest::Approx(a.values()[1]).epsilon(1e-6));
+}
+
+TEST_CASE("several losses with their own scalers on one optimizer (Apex num_losses)") {
+  Context<host> ctx;
+  ParamFixture<O2Policy, host> f(ctx, {0.0f, 0.0f});
+  optim::SGD<O2Policy, host> opt(*f.params, {.lr = 1.0f});
+  DynamicLossScaler<host> s0(ctx, {.init_scale = 1024.0f}), s1(ctx, {.init_scale = 8.0f});
+  f.set_grads({1.0f * 1024, 2.0f * 1024});  // loss 0's gradients, scaled by s0
+  s0.unscale(opt);
+  f.set_grads({0.5f * 8, 0.25f * 8});  // loss 1's, scaled by s1
+  s1.unscale(opt);
+  s0.step(opt);
+  s0.update();
+  s1.update();
+  CHECK(f.values() == std::vector<float>{-1.5f, -2.25f});
+  // An overflow in one loss skips the step and backs off only its scaler.
+  f.set_grads({1.0f, 1.0f});
+  s0.unscale(opt);
+  f.set_grads({kInf, 1.0f});
+  s1.unscale(opt);
+  s1.step(opt);
+  s0.update();
+  s1.update();
+  CHECK(f.values() == std::vector<float>{-1.5f, -2.25f});
+  CHECK(s0.stats().scale == 1024.0f);
+  CHECK(s1.stats().scale == 4.0f);
+}
+
+TEST_CASE("update(new_scale), new settings, and scaler state that checkpoints restore exactly") {
+  Context<host> ctx;
+  ParamFixture<O1Policy, host> f(ctx, {0.0f});
+  optim::SGD<O1Policy, host> opt(*f.params, {.lr = 0.0f}, {.init_scale = 64.0f, .growth_interval = 3});
+  f.set_grads({1.0f});
+  opt.step();
+  opt.step();
+  const ScalerState saved = opt.scaler().state();
+  CHECK(saved.growth_tracker == 2);
+  opt.scaler().update(512.0f);
+  CHECK(opt.scaler().stats().scale == 512.0f);
+  opt.scaler().set_state(saved);
+  opt.step();  // the third clean step after the restore: growth
+  CHECK(opt.scaler().stats().scale == 128.0f);
+  opt.scaler().set_config({.init_scale = 64.0f, .growth_interval = 1});
+  opt.step();
+  CHECK(opt.scaler().stats().scale == 256.0f);
+}
+
+TEST_CASE("per-tensor gradient norms from the overflow check's reduction") {
+  Context<host> ctx;
+  nn::ParameterStore<O0Policy, host> store(ctx);
+  const auto a = store.declare<nn::role::weight>("a", {2}, nn::Init::constant(0.0f));
+  const auto b = store.declare<nn::role::norm>("b", {3}, nn::Init::constant(0.0f));
+  store.allocate();
+  optim::SGD<O0Policy, host> opt(store, {.lr = 0.0f, .per_tensor_norms = true});
+  upload(ctx, store.grads(a), std::vector<float>{3, 4});
+  upload(ctx, store.grads(b), std::vector<float>{1, 2, 2});
+  opt.step();
+  CHECK(opt.per_tensor_norms() == std::vector<float>{5.0f, 3.0f});
+  CHECK(std::sqrt(opt.last_stats().sumsq) == doctest::Approx(std::sqrt(34.0)));
+}
+
+namespace {
+// Two models, two losses, two optimizers, one scaler (a GAN's shape).
+template <Policy P>
+std::vector<float> train_pair(bool shared) {
+  Context<host> ctx;
+  using Net = nn::Sequential<P, host, nn::Linear, nn::Linear>;
+  Net g(ctx, {.max_batch = 8, .seed = 1}, {.in_features = 4, .out_features = 6, .act = activation::relu},
+        {.in_features = 6, .out_features = 3});
+  Net d(ctx, {.max_batch = 8, .seed = 2}, {.in_features = 4, .out_features = 6, .act = activation::gelu},
+        {.in_features = 6, .out_features = 3});
+  optim::Adam<P, host> opt_g(g.parameters(), {.lr = 0.01f}), opt_d(d.parameters(), {.lr = 0.01f});
+  default_scaler_t<P, host> scaler(ctx, default_scaler_config<P>());
+  const auto x = random_values<float>(8 * 4, 5);
+  std::vector<std::int32_t> y{0, 1, 2, 0, 1, 2, 0, 1};
+  const Span<const std::int32_t> labels{y.data(), y.size()};
+  for (int it = 0; it < 5; ++it) {
+    auto lg = nn::cross_entropy(ctx, g.forward(ctx, matrix<const float>(x.data(), 8, 4)), labels);
+    auto ld = nn::cross_entropy(ctx, d.forward(ctx, matrix<const float>(x.data(), 8, 4)), labels);
+    opt_g.zero_grad();
+    opt_d.zero_grad();
+    if (shared) {
+      {
+        auto s = scaler.scale(lg);
+        s.backward();
+      }
+      {
+        auto s = scaler.scale(ld);
+        s.backward();
+      }
+      scaler.step(opt_d);
+      scaler.step(opt_g);
+      scaler.update();
+    } else {
+      {
+        auto s = scale_loss(lg, opt_g);
+        s.backward();
+      }
+      opt_g.step();
+      {
+        auto s = scale_loss(ld, opt_d);
+        s.backward();
+      }
+      opt_d.step();
+    }
+  }
+  auto out = g.parameters().get_values(0);
+  const auto more = d.parameters().get_values(2);
+  out.insert(out.end(), more.begin(), more.end());
+  return out;
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("two models, two losses, two optimizers, one scaler: as if trained apart", P, O0Policy, O1Policy,
+                   O2Policy, O3Policy, O1BF16Policy, O2BF16Policy) {
+  const auto shared = train_pair<P>(true), apart = train_pair<P>(false);
+  REQUIRE(shared.size() == apart.size());
+  for (std::size_t i = 0; i < shared.size(); ++i) REQUIRE(shared[i] == apart[i]);  // the same steps, bit for bit
 }

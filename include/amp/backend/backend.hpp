@@ -24,10 +24,11 @@ template <Backend B>
 class Context;
 
 // What a byte of memory is for; the demo's memory table has one column each.
-enum class memory_kind { weights, master, grads, optimizer, activations, workspace, count };
+// data: batches as a data loader holds them, before a model copies them in.
+enum class memory_kind { weights, master, grads, optimizer, activations, workspace, data, count };
 
 inline constexpr std::array<std::string_view, static_cast<std::size_t>(memory_kind::count)>
-    memory_kind_names = {"weights", "master", "grads", "optimizer", "activations", "workspace"};
+    memory_kind_names = {"weights", "master", "grads", "optimizer", "activations", "workspace", "data"};
 
 class MemoryStats {
  public:

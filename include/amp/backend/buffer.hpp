@@ -2,6 +2,7 @@
 // RAII backend memory. Copying is deleted (a copy of GPU memory is never an
 // accident worth allowing); buffers move. Every byte is counted by its context.
 #include <cstddef>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -60,8 +61,8 @@ void upload(Context<B>& ctx, Span<T> dst, const std::vector<T>& src) {
 }
 
 template <class T, Backend B>
-std::vector<T> download(Context<B>& ctx, Span<const T> src) {
-  std::vector<T> out(src.size);
+std::vector<std::remove_const_t<T>> download(Context<B>& ctx, Span<T> src) {
+  std::vector<std::remove_const_t<T>> out(src.size);
   ctx.copy_to_host(out.data(), src.data, src.size * sizeof(T));
   return out;
 }

@@ -1,9 +1,12 @@
 #pragma once
 // A seeded, shuffling mini-batch loader over images held in host memory. Each
-// batch is normalised into a pinned-size host buffer and uploaded into backend
-// buffers planned for the batch size, so iterating allocates nothing. The last
-// partial batch is kept (a smaller batch, not dropped or padded).
+// batch is normalised into a host buffer and uploaded into backend buffers
+// planned for the batch size, so iterating allocates nothing. The last partial
+// batch is kept (a smaller batch, not dropped or padded). Batches come flat
+// [N, rows*cols] (for an MLP) or as channels-last images [N, rows, cols, 1].
 #include <algorithm>
+#include <cmath>
+#include <utility>
 #include <cstdint>
 #include <numeric>
 #include <random>
@@ -13,8 +16,20 @@
 #include "amp/backend/host/convert.hpp"
 #include "amp/core/numeric.hpp"
 #include "amp/data/idx.hpp"
+#include "amp/tensor.hpp"
 
 namespace amp::data {
+
+enum class Layout { flat, image };
+
+// Mean and standard deviation of the pixels (scaled to [0, 1]): what inputs are normalised by.
+inline std::pair<float, float> pixel_statistics(const LabelledImages& set) {
+  double sum = 0, sq = 0;
+  for (const std::uint8_t p : set.pixels) sum += p, sq += static_cast<double>(p) * p;
+  const double n = static_cast<double>(std::max<std::size_t>(set.pixels.size(), 1));
+  const double mean = sum / n / 255.0, var = sq / n / (255.0 * 255.0) - mean * mean;
+  return {static_cast<float>(mean), static_cast<float>(std::sqrt(std::max(var, 1e-12)))};
+}
 
 template <Scalar T, Backend B>
 class Loader {
@@ -25,6 +40,7 @@ class Loader {
     std::uint64_t seed = 0;
     float mean = 0.0f;  // normalisation of pixel / 255
     float stddev = 1.0f;
+    Layout layout = Layout::flat;
   };
 
   Loader(Context<B>& ctx, const LabelledImages& set, Options opt)
@@ -36,8 +52,8 @@ class Loader {
         host_x_(static_cast<std::size_t>(opt.batch_size * features_)),
         host_y_(static_cast<std::size_t>(opt.batch_size)),
         row_(static_cast<std::size_t>(features_)),
-        x_(ctx, host_x_.size(), memory_kind::activations),
-        y_(ctx, host_y_.size(), memory_kind::activations),
+        x_(ctx, host_x_.size(), memory_kind::data),
+        y_(ctx, host_y_.size(), memory_kind::data),
         gen_(opt.seed) {
     AMP_REQUIRE(opt.batch_size > 0, "Loader: batch_size must be positive, got ", opt.batch_size);
     AMP_REQUIRE(opt.stddev > 0, "Loader: stddev must be positive");
@@ -54,7 +70,7 @@ class Loader {
   }
 
   struct Batch {
-    Matrix<const T> x;
+    TensorView<const T> x;
     Span<const std::int32_t> labels;
   };
 
@@ -72,7 +88,8 @@ class Loader {
     }
     upload(*ctx_, x_.span(), host_x_.data(), static_cast<std::size_t>(rows * features_));
     upload(*ctx_, y_.span(), host_y_.data(), static_cast<std::size_t>(rows));
-    return {Matrix<const T>(x_.data(), rows, features_, features_), Span<const std::int32_t>(y_.data(), static_cast<std::size_t>(rows))};
+    const Shape shape = opt_.layout == Layout::image ? Shape{rows, set_->rows, set_->cols, 1} : Shape{rows, features_};
+    return {TensorView<const T>(x_.data(), shape), Span<const std::int32_t>(y_.data(), static_cast<std::size_t>(rows))};
   }
 
   // Host labels of the current batch order (for accuracy on the host).

@@ -1,7 +1,8 @@
 #pragma once
 // Deterministic initialisation: a counter-based hash of (seed, index) gives the
-// same uniform numbers on every backend and thread count, so a model starts
-// from identical values on the CPU and the GPU.
+// same numbers for any thread count, computed on the host (so the CPU's and
+// the GPU's math libraries never differ), so a model starts from identical
+// values on the CPU and the GPU.
 #include <cmath>
 #include <cstdint>
 
@@ -9,13 +10,35 @@
 
 namespace amp::nn {
 
-enum class initializer { kaiming_uniform, xavier_uniform };
+// How a parameter starts: uniform in [-a, a), normal(0, a), or the constant a.
+struct Init {
+  enum class kind { uniform, normal, constant };
+  kind k = kind::constant;
+  float a = 0.0f;
 
-// Bound of the uniform distribution: Kaiming for ReLU nets (gain sqrt 2),
-// Xavier (Glorot) for tanh/sigmoid nets.
-inline float init_bound(initializer kind, std::int64_t fan_in, std::int64_t fan_out) {
-  if (kind == initializer::xavier_uniform) return std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));
-  return std::sqrt(6.0f / static_cast<float>(fan_in));
+  static Init uniform(float bound) { return {kind::uniform, bound}; }
+  static Init normal(float stddev) { return {kind::normal, stddev}; }
+  static Init constant(float value) { return {kind::constant, value}; }
+  // He/Kaiming uniform for ReLU nets (gain sqrt 2): amp's default for weights.
+  static Init kaiming_uniform(std::int64_t fan_in) { return uniform(std::sqrt(6.0f / static_cast<float>(fan_in))); }
+  // Glorot/Xavier uniform, for tanh and sigmoid nets.
+  static Init xavier_uniform(std::int64_t fan_in, std::int64_t fan_out) {
+    return uniform(std::sqrt(6.0f / static_cast<float>(fan_in + fan_out)));
+  }
+  // PyTorch's default for Linear and Conv2d weights and biases alike:
+  // kaiming_uniform with a = sqrt(5), i.e. U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+  static Init torch_default(std::int64_t fan_in) { return uniform(1.0f / std::sqrt(static_cast<float>(fan_in))); }
+};
+
+// Which weight initialisation a layer uses.
+enum class initializer { kaiming_uniform, xavier_uniform, torch_default };
+
+inline Init weight_init(initializer kind, std::int64_t fan_in, std::int64_t fan_out) {
+  switch (kind) {
+    case initializer::xavier_uniform: return Init::xavier_uniform(fan_in, fan_out);
+    case initializer::torch_default: return Init::torch_default(fan_in);
+    default: return Init::kaiming_uniform(fan_in);
+  }
 }
 
 namespace detail {
@@ -28,28 +51,22 @@ AMP_HOST_DEVICE inline std::uint64_t mix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Uniform in [-bound, bound): 24 random bits make 2u - 1 exact, so the one
-// rounding (the product) is the same on every backend.
-AMP_HOST_DEVICE inline float uniform_symmetric(std::uint64_t seed, std::uint64_t index, float bound) {
+// 24 random bits as a float in [0, 1): exact, so the same on every backend.
+AMP_HOST_DEVICE inline float unit_uniform(std::uint64_t seed, std::uint64_t index) {
   const std::uint64_t bits = mix64(seed * 0x9e3779b97f4a7c15ull + index + 1) >> 40;
-  const float u = static_cast<float>(bits) * 5.9604644775390625e-8f;  // bits * 2^-24
-  return bound * (2.0f * u - 1.0f);
+  return static_cast<float>(bits) * 5.9604644775390625e-8f;  // bits * 2^-24
 }
 
-// Writes the fp32 value to the master copy (when there is one) and its
-// rounding to the stored weights.
-template <class Param>
-struct UniformInitOp {
-  Param* weights;
-  float* master;  // nullptr without master weights
-  std::uint64_t seed;
-  float bound;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    const float x = uniform_symmetric(seed, i, bound);
-    if (master) master[i] = x;
-    weights[i] = cast<Param>(x);
-  }
-};
+// The value of element `index` of a parameter initialised by `init`.
+inline float init_value(Init init, std::uint64_t seed, std::uint64_t index) {
+  if (init.k == Init::kind::constant) return init.a;
+  const float u = unit_uniform(seed, index);
+  if (init.k == Init::kind::uniform) return init.a * (2.0f * u - 1.0f);
+  // Box-Muller from two independent uniforms; u1 in (0, 1] so the log is finite.
+  const float u1 = 1.0f - u, u2 = unit_uniform(seed ^ 0x5bd1e995ull, index);
+  return init.a * std::sqrt(-2.0f * std::log(u1)) * std::cos(6.283185307179586f * u2);
+}
+
 }  // namespace detail
 
 }  // namespace amp::nn

@@ -1,32 +1,18 @@
 #pragma once
-// y = act(x W^T + b). The policy decides every type: the GEMM consumes
-// compute_type<gemm> (O1 through the per-step cast cache), accumulates in fp32,
-// and writes weight gradients straight in grad_type (fp32 under O1). Bias and
-// activation run in the GEMM's epilogue, so y is rounded once; the bias
-// gradient comes from the weight-gradient GEMM.
-#include <cmath>
+// Linear: y = act(x W^T + b) over the last dimension. The policy decides every
+// type: the GEMM consumes compute_type<gemm> (O1 through the per-step cast
+// cache), accumulates in fp32, adds the bias and applies relu/gelu in its
+// epilogue and rounds y once; weight gradients land in grad_type (fp32 under
+// O1), the bias gradient comes from the weight-gradient GEMM.
+#include <string>
 #include <type_traits>
 
 #include "amp/backend/gemm.hpp"
 #include "amp/core/activation.hpp"
-#include "amp/nn/parameters.hpp"
-#include "amp/tensor.hpp"
+#include "amp/nn/module.hpp"
+#include "amp/nn/ops.hpp"
 
 namespace amp::nn {
-
-namespace detail {
-// dz = act'(z) * dy: the activation's backward before the GEMMs' backward.
-template <class Fn, class T>
-struct ActivationGradOp {
-  const T* pre;  // z (gelu) or nullptr
-  const T* y;
-  const T* dy;
-  T* dz;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    dz[i] = cast<T>(Fn::backward(pre ? cast<float>(pre[i]) : 0.0f, cast<float>(y[i]), cast<float>(dy[i])));
-  }
-};
-}  // namespace detail
 
 // Unconstrained parameters, so the template passes as a template argument to
 // Sequential; the constraints are checked inside.
@@ -36,115 +22,103 @@ class Linear {
 
  public:
   using T = typename P::activation_type;
-  using gemm_type = typename P::template compute_type<op::gemm>;
-  using grad_type = typename P::grad_type;
-  // cuBLAS and the host path write C in the input type or fp32.
-  static_assert(std::is_same_v<T, gemm_type> || std::is_same_v<T, float>,
+  using G = typename P::template compute_type<op::gemm>;
+  using W = typename P::param_type;
+  using GW = typename P::grad_type;
+  static_assert(std::is_same_v<T, G> || std::is_same_v<T, float>,
                 "Linear: activation_type must be the GEMM compute type or fp32");
-  static_assert(std::is_same_v<grad_type, gemm_type> || std::is_same_v<grad_type, float>,
+  static_assert(std::is_same_v<GW, G> || std::is_same_v<GW, float>,
                 "Linear: grad_type must be the GEMM compute type or fp32");
-  static constexpr bool casts_activations = !std::is_same_v<T, gemm_type>;
 
   struct Config {
     std::int64_t in_features = 0;
     std::int64_t out_features = 0;
     bool bias = true;
     activation act = activation::none;  // relu or gelu: fused into the GEMM
-    initializer weight_init = initializer::kaiming_uniform;
+    initializer init = initializer::kaiming_uniform;
   };
+  // Modules of an equivalent torch.nn.Sequential: Linear, and the activation when fused.
+  static int torch_slots(const Config& c) { return c.act == activation::none ? 1 : 2; }
 
-  Linear(Context<B>& ctx, const Config& cfg, std::int64_t max_batch, std::int64_t features, ParameterPlan& plan,
-         bool need_dx)
-      : cfg_(cfg), out_(ctx, {max_batch, cfg.out_features}, memory_kind::activations) {
-    AMP_REQUIRE(cfg.in_features > 0 && cfg.out_features > 0, "Linear: features must be positive, got ",
+  Linear(Builder<P, B> b, const Config& cfg) : name_(b.prefix()) {
+    AMP_REQUIRE(cfg.in_features > 0 && cfg.out_features > 0, "Linear '", name_, "': features must be positive, got ",
                 cfg.in_features, " -> ", cfg.out_features);
-    AMP_REQUIRE(features == 0 || features == cfg.in_features, "Linear(", cfg.in_features, " -> ", cfg.out_features,
-                "): the previous layer gives ", features, " features");
-    weight_ = plan.add(static_cast<std::size_t>(cfg.out_features * cfg.in_features));
-    if (cfg.bias) bias_ = plan.add(static_cast<std::size_t>(cfg.out_features));
-    if (need_dx) dx_ = Tensor<T, B>(ctx, {max_batch, cfg.in_features}, memory_kind::activations);
-    if (cfg.act != activation::none) dz_ = Tensor<T, B>(ctx, {max_batch, cfg.out_features}, memory_kind::activations);
-    if (cfg.act == activation::gelu) z_ = Tensor<T, B>(ctx, {max_batch, cfg.out_features}, memory_kind::activations);
-    if constexpr (casts_activations) {
-      x_cast_ = Tensor<gemm_type, B>(ctx, {max_batch, cfg.in_features}, memory_kind::activations);
-      dy_cast_ = Tensor<gemm_type, B>(ctx, {max_batch, cfg.out_features}, memory_kind::activations);
+    spec_.in = cfg.in_features, spec_.out = cfg.out_features, spec_.act = cfg.act, spec_.has_bias = cfg.bias;
+    spec_.weight = b.template param<role::weight>("weight", {cfg.out_features, cfg.in_features},
+                                                  weight_init(cfg.init, cfg.in_features, cfg.out_features));
+    if (cfg.bias) {
+      // PyTorch's bias init for every weight init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)); no weight decay.
+      spec_.bias = b.template param<role::weight>("bias", {cfg.out_features}, Init::torch_default(cfg.in_features),
+                                                  false);
     }
   }
 
-  std::int64_t out_features() const { return cfg_.out_features; }
-
-  void init(Parameters<P, B>& params, std::uint64_t seed) {
-    params.init_uniform(weight_, seed, init_bound(cfg_.weight_init, cfg_.in_features, cfg_.out_features));
-    // PyTorch's bias init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
-    if (cfg_.bias) params.init_uniform(bias_, seed, 1.0f / std::sqrt(static_cast<float>(cfg_.in_features)));
+  Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
+    AMP_REQUIRE(x.shape.rank() >= 1 && x.cols() == spec_.in, "Linear '", name_, "' (", spec_.in, " -> ", spec_.out,
+                "): input ", x.shape.str(), " does not end in ", spec_.in, " features");
+    return forward(g, spec_, x);
   }
 
-  ParamSlot weight_slot() const { return weight_; }
-  ParamSlot bias_slot() const { return bias_; }
+  Param<role::weight> weight() const { return spec_.weight; }
+  Param<role::weight> bias() const { return spec_.bias; }
+  std::int64_t in_features() const { return spec_.in; }
+  std::int64_t out_features() const { return spec_.out; }
 
-  Matrix<const T> forward(Context<B>& ctx, Parameters<P, B>& params, Matrix<const T> x) {
-    x_ = as_gemm_input(ctx, x, x_cast_);
-    const Matrix<T> y = out_.matrix().first_rows(x.rows);
-    GemmEpilogue<T> ep{.act = cfg_.act};
-    if (cfg_.bias) ep.bias = bias_values(params);
-    if (cfg_.act == activation::gelu) ep.pre_activation = z_.data();
-    gemm(ctx, x_, transpose::no, weight_matrix(params), transpose::yes, y, ep);
+ private:
+  // What forward and backward need: small and copyable into the closure.
+  struct Spec {
+    std::int64_t in = 0, out = 0;
+    activation act = activation::none;
+    bool has_bias = false;
+    Param<role::weight> weight, bias;
+  };
+
+  static Var<T> forward(Graph<P, B>& g, const Spec& s, Var<T> x) {
+    const std::int64_t rows = x.rows();
+    Var<T> y = g.template tensor<T>(x.shape.with(-1, s.out));
+    const Matrix<const G> xg(as_type<G>(g, x.data, x.size()), rows, s.in, s.in);
+    T* pre = s.act == activation::gelu ? g.template scratch<T>(y.size()) : nullptr;
+    GemmEpilogue<T> ep{.act = s.act, .pre_activation = pre};
+    if (s.has_bias) ep.bias = g.params().template as<T>(s.bias).data;
+    gemm(g.context(), xg, transpose::no, weight_matrix(g, s), transpose::yes, y.matrix(), ep);
+    g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, x, xg, y, pre); });
     return y;
   }
 
-  // Accumulates dW and db (after zero_grad, a sum over micro-batches); returns dx.
-  Matrix<const T> backward(Context<B>& ctx, Parameters<P, B>& params, Matrix<const T> dy) {
-    Matrix<const T> dz = dy;
-    if (cfg_.act != activation::none) {
-      const Matrix<T> g = dz_.matrix().first_rows(dy.rows);
-      const auto n = static_cast<std::size_t>(dy.size());
-      if (cfg_.act == activation::relu)
-        for_each(ctx, n, detail::ActivationGradOp<ReluFn, T>{nullptr, out_.data(), dy.data, g.data});
+  static void backward(Graph<P, B>& g, const Spec& s, Var<T> x, Matrix<const G> xg, Var<T> y, const T* pre) {
+    const T* dy = g.grad(y);
+    if (!dy) return;
+    auto& ctx = g.context();
+    const std::int64_t rows = y.rows();
+    const GradOut<T> dx = g.grad_out(x);  // before the temporaries below
+    Temporaries<P, B> temp(g);
+    const T* dz = dy;
+    if (s.act != activation::none) {  // through the activation first
+      T* buf = g.template scratch<T>(y.size());
+      using C = typename P::template compute_type<op::pointwise>;
+      if (s.act == activation::relu)
+        for_each(ctx, y.size(), detail::ActivationGradOp<ReluFn, C, T>{nullptr, y.data, dy, buf, false});
       else
-        for_each(ctx, n, detail::ActivationGradOp<GeluFn, T>{z_.data(), out_.data(), dy.data, g.data});
-      dz = g;
+        for_each(ctx, y.size(), detail::ActivationGradOp<GeluFn, C, T>{pre, y.data, dy, buf, false});
+      dz = buf;
     }
-    const Matrix<const gemm_type> dz_g = as_gemm_input(ctx, dz, dy_cast_);
-    GemmEpilogue<grad_type> ep{.beta = 1.0f};
-    if (cfg_.bias) ep.grad_bias = params.grads(bias_).data;
-    gemm(ctx, dz_g, transpose::yes, x_, transpose::no, matrix(params.grads(weight_).data, cfg_.out_features, cfg_.in_features), ep);
-    if (!dx_.data()) return {};
-    const Matrix<T> dx = dx_.matrix().first_rows(dy.rows);
-    gemm(ctx, dz_g, transpose::no, weight_matrix(params), transpose::no, dx);
-    return dx;
-  }
-
- private:
-  // The bias in the output's type, as the epilogue adds it (O1: the cast cache).
-  const T* bias_values(Parameters<P, B>& params) const {
-    if constexpr (std::is_same_v<typename P::param_type, T>) return params.weights(bias_).data;
-    else {
-      static_assert(std::is_same_v<gemm_type, T>, "Linear: the bias is stored as the activation or GEMM type");
-      return params.gemm_weights(bias_).data;
+    const Matrix<const G> dzg(as_type<G>(g, dz, y.size()), rows, s.out, s.out);
+    auto& params = g.params();
+    GemmEpilogue<GW> ep{.beta = 1.0f};  // parameter gradients accumulate (micro-batches, shared weights)
+    if (s.has_bias) ep.grad_bias = params.grads(s.bias).data;
+    gemm(ctx, dzg, transpose::yes, xg, transpose::no, matrix(params.grads(s.weight).data, s.out, s.in), ep);
+    if (dx) {
+      gemm(ctx, dzg, transpose::no, weight_matrix(g, s), transpose::no, matrix(dx.data, rows, s.in),
+           GemmEpilogue<T>{.beta = dx.accumulate ? 1.0f : 0.0f});
     }
   }
 
-  Matrix<const gemm_type> weight_matrix(Parameters<P, B>& params) const {
-    return {params.gemm_weights(weight_).data, cfg_.out_features, cfg_.in_features, cfg_.in_features};
+  static Matrix<const G> weight_matrix(Graph<P, B>& g, const Spec& s) {
+    return {g.params().template as<G>(s.weight).data, s.out, s.in, s.in};
   }
 
-  static Matrix<const gemm_type> as_gemm_input(Context<B>& ctx, Matrix<const T> x, Tensor<gemm_type, B>& buffer) {
-    if constexpr (casts_activations) {
-      const Matrix<gemm_type> out = buffer.matrix().first_rows(x.rows);
-      convert(ctx, Span<const T>(x.span()), out.span());
-      return out;
-    } else {
-      (void)ctx;
-      (void)buffer;
-      return x;
-    }
-  }
-
-  Config cfg_;
-  ParamSlot weight_, bias_;
-  Tensor<T, B> out_, dx_, dz_, z_;
-  Tensor<gemm_type, B> x_cast_, dy_cast_;
-  Matrix<const gemm_type> x_;
+  std::string name_;
+  Spec spec_;
 };
 
 }  // namespace amp::nn

@@ -1,13 +1,17 @@
 #pragma once
 // Losses: fp32 math whatever the inputs (the policy's compute_type<loss> may
 // round intermediates, as O3 does), a mean over the batch accumulated in fp32,
-// and a backward seed that multiplies by the loss scale read from the device.
+// the value in its own slot of the graph (two losses never share one), and a
+// backward that seeds the prediction's gradient with scale * dL/dpred (adding
+// to what other losses seeded) and runs the graph's backward once.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
+#include "amp/nn/ops.hpp"
 #include "amp/nn/output.hpp"
-#include "amp/backend/buffer.hpp"
 
 namespace amp::nn {
 
@@ -15,45 +19,103 @@ template <Policy P, Backend B>
 class Loss {
  public:
   using T = typename P::activation_type;
-  // Writes scale * dL/dpred into grad (the producer's output gradient).
-  using SeedFn = void (*)(Context<B>&, const Loss&, const float* scale, Matrix<T> grad);
+  // Adds weight * scale * dL/dpred into grad (scale: a backend pointer, or nullptr for 1).
+  using SeedFn = void (*)(const Loss&, const float* scale, float weight, GradOut<T> grad);
 
-  Loss(Context<B>& ctx, const Output<P, B>& pred, const void* target, std::int64_t classes, SeedFn seed,
+  Loss(const Output<P, B>& pred, const void* target, std::int64_t classes, LossValue* slot, SeedFn seed,
        const char* name)
-      : ctx_(&ctx), pred_(pred), target_(target), classes_(classes), seed_(seed), name_(name) {}
+      : pred_(pred), target_(target), classes_(classes), slot_(slot), seed_(seed), name_(name) {}
 
   // The loss value (one sync). An invalid target found on the device is reported here.
   float item() const {
-    const LossValue v = download_one(*ctx_, static_cast<const LossValue*>(pred_.producer->loss_slot()));
+    const LossValue v = download_one(graph().context(), static_cast<const LossValue*>(slot_));
     AMP_REQUIRE(v.bad_row < 0, name_, ": the target of row ", v.bad_row, " is invalid (a class label outside [0, ",
-                classes_, ") or a non-finite value)");
+                classes_, ") or a value that is not finite or out of range)");
     return v.value;
   }
-  const LossValue* value_ptr() const { return pred_.producer->loss_slot(); }
+  const LossValue* value_ptr() const { return slot_; }
 
-  // Seeds the output gradient with the loss scale and back-propagates.
-  void backward(const float* scale) {
-    AMP_REQUIRE(pred_.producer, name_, ": the prediction has no producer to back-propagate into");
-    seed_(*ctx_, *this, scale, pred_.producer->grad_output(pred_.rows()));
-    pred_.producer->backward(*ctx_);
+  // Seeds dL/dpred (times weight and the scale) without running backward.
+  void seed(const float* scale, float weight = 1.0f) const {
+    const GradOut<T> g = graph().grad_out(pred_.var);
+    AMP_REQUIRE(g, name_, ": the prediction takes no gradient (it is an input of the model, not an output)");
+    seed_(*this, scale, weight, g);
   }
-  // Unscaled backward (scale 1), for code without a scaler.
-  void backward() { backward(pred_.producer->unit_scale()); }
+  // Seeds with scale (a backend pointer; nullptr: unscaled) and back-propagates.
+  void backward(const float* scale = nullptr) const {
+    seed(scale);
+    graph().backward();
+  }
 
-  Context<B>& context() const { return *ctx_; }
+  Graph<P, B>& graph() const { return *pred_.graph; }
   const Output<P, B>& prediction() const { return pred_; }
   template <class Target>
-  const Target* target() const { return static_cast<const Target*>(target_); }
+  const Target* target() const {
+    return static_cast<const Target*>(target_);
+  }
   std::int64_t classes() const { return classes_; }
 
  private:
-  Context<B>* ctx_;
   Output<P, B> pred_;
   const void* target_;
   std::int64_t classes_;
+  LossValue* slot_;
   SeedFn seed_;
   const char* name_;
 };
+
+// Several losses back-propagated together (an auxiliary head, a regulariser):
+// sum = a + 0.3f * b; each seeds its share, then one backward.
+template <Policy P, Backend B>
+class LossSum {
+ public:
+  LossSum() = default;
+  LossSum(const Loss<P, B>& l, float weight = 1.0f) : terms_{{l, weight}} {}
+
+  LossSum& operator+=(const LossSum& o) {
+    for (const auto& t : o.terms_) {
+      AMP_REQUIRE(terms_.empty() || &t.first.graph() == &terms_.front().first.graph(),
+                  "losses of different models are back-propagated separately, not summed");
+      terms_.push_back(t);
+    }
+    return *this;
+  }
+  float item() const {
+    float total = 0.0f;
+    for (const auto& [loss, weight] : terms_) total += weight * loss.item();
+    return total;
+  }
+  void backward(const float* scale = nullptr) const {
+    AMP_REQUIRE(!terms_.empty(), "LossSum::backward: no losses");
+    for (const auto& [loss, weight] : terms_) loss.seed(scale, weight);
+    terms_.front().first.graph().backward();
+  }
+  Graph<P, B>& graph() const { return terms_.front().first.graph(); }
+
+ private:
+  std::vector<std::pair<Loss<P, B>, float>> terms_;
+};
+
+template <Policy P, Backend B>
+LossSum<P, B> operator*(float w, const Loss<P, B>& l) {
+  return LossSum<P, B>(l, w);
+}
+template <Policy P, Backend B>
+LossSum<P, B> operator+(LossSum<P, B> a, const LossSum<P, B>& b) {
+  return a += b;
+}
+template <Policy P, Backend B>
+LossSum<P, B> operator+(const Loss<P, B>& a, const Loss<P, B>& b) {
+  return LossSum<P, B>(a) + LossSum<P, B>(b);
+}
+template <Policy P, Backend B>
+LossSum<P, B> operator+(LossSum<P, B> a, const Loss<P, B>& b) {
+  return a += LossSum<P, B>(b);
+}
+template <Policy P, Backend B>
+LossSum<P, B> operator+(const Loss<P, B>& a, const LossSum<P, B>& b) {
+  return LossSum<P, B>(a) + b;
+}
 
 namespace detail {
 struct CombineLoss {
@@ -61,6 +123,13 @@ struct CombineLoss {
     return {a.value + b.value, a.bad_row > b.bad_row ? a.bad_row : b.bad_row};
   }
 };
+
+// The scale a seed multiplies by: read from the device, or 1 with no work at all.
+template <bool Scaled>
+AMP_HOST_DEVICE inline float seed_factor(const float* scale, float weight) {
+  if constexpr (Scaled) return weight * *scale;
+  else return weight;
+}
 
 // ---- mean squared error ------------------------------------------------------
 template <class C, class T, class Y>
@@ -77,21 +146,23 @@ struct MseValueOp {
   }
 };
 
-template <class C, class T, class Y>
+template <bool Scaled, class C, class T, class Y>
 struct MseGradOp {
   const T* p;
   const Y* y;
   T* g;
   const float* scale;
-  float inv_count;
+  float weight, inv_count;
+  bool accumulate;
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
     const float d = round_to<C>(cast<float>(p[i]) - cast<float>(y[i]));
-    g[i] = cast<T>(2.0f * d * inv_count * *scale);
+    store_grad(g, i, 2.0f * d * inv_count * seed_factor<Scaled>(scale, weight), accumulate);
   }
 };
 
 // ---- softmax cross-entropy (fused log-softmax + NLL), one row per call ----------
-template <class C, class T>
+// S rounds the softmax's terms (compute_type<softmax>), C the loss (compute_type<loss>).
+template <class S, class C, class T>
 struct CrossEntropyValueOp {
   const T* x;
   const std::int32_t* labels;
@@ -104,20 +175,21 @@ struct CrossEntropyValueOp {
     float m = cast<float>(row[0]);
     for (std::int64_t c = 1; c < classes; ++c) m = fmaxf(m, cast<float>(row[c]));
     float sum = 0.0f;
-    for (std::int64_t c = 0; c < classes; ++c) sum += round_to<C>(expf(cast<float>(row[c]) - m));
+    for (std::int64_t c = 0; c < classes; ++c) sum += round_to<S>(expf(cast<float>(row[c]) - m));
     const float nll = round_to<C>(m + logf(sum) - cast<float>(row[label]));
     return {nll * inv_rows, -1};
   }
 };
 
-template <class C, class T>
+template <bool Scaled, class S, class C, class T>
 struct CrossEntropyGradOp {
   const T* x;
   const std::int32_t* labels;
   T* g;
   std::int64_t classes;
   const float* scale;
-  float inv_rows;
+  float weight, inv_rows;
+  bool accumulate;
   AMP_HOST_DEVICE void operator()(std::size_t r) const {
     const std::int64_t base = static_cast<std::int64_t>(r) * classes;
     const std::int32_t label = labels[r];
@@ -128,11 +200,11 @@ struct CrossEntropyGradOp {
     float m = cast<float>(x[base]);
     for (std::int64_t c = 1; c < classes; ++c) m = fmaxf(m, cast<float>(x[base + c]));
     float sum = 0.0f;
-    for (std::int64_t c = 0; c < classes; ++c) sum += round_to<C>(expf(cast<float>(x[base + c]) - m));
-    const float k = inv_rows * *scale;
+    for (std::int64_t c = 0; c < classes; ++c) sum += round_to<S>(expf(cast<float>(x[base + c]) - m));
+    const float k = inv_rows * seed_factor<Scaled>(scale, weight);
     for (std::int64_t c = 0; c < classes; ++c) {
-      const float p = round_to<C>(expf(cast<float>(x[base + c]) - m) / sum);
-      g[base + c] = cast<T>((p - (c == label ? 1.0f : 0.0f)) * k);
+      const float p = round_to<S>(expf(cast<float>(x[base + c]) - m) / sum);
+      store_grad(g, static_cast<std::size_t>(base + c), (p - (c == label ? 1.0f : 0.0f)) * k, accumulate);
     }
   }
 };
@@ -154,16 +226,17 @@ struct BceValueOp {
   }
 };
 
-template <class C, class T, class Y>
+template <bool Scaled, class C, class T, class Y>
 struct BceGradOp {
   const T* x;
   const Y* y;
   T* g;
   const float* scale;
-  float inv_count;
+  float weight, inv_count;
+  bool accumulate;
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
     const float s = round_to<C>(1.0f / (1.0f + expf(-cast<float>(x[i]))));
-    g[i] = cast<T>((s - cast<float>(y[i])) * inv_count * *scale);
+    store_grad(g, i, (s - cast<float>(y[i])) * inv_count * seed_factor<Scaled>(scale, weight), accumulate);
   }
 };
 
@@ -172,27 +245,30 @@ void check_same_shape(const Output<P, B>& pred, std::int64_t rows, std::int64_t 
   AMP_REQUIRE(pred.rows() == rows && pred.cols() == cols, name, ": prediction [", pred.rows(), "x", pred.cols(),
               "] and target [", rows, "x", cols, "] differ in shape");
 }
-}  // namespace detail
 
-namespace detail {
 // A loss that is a mean over elements: Value maps an element to its share of
-// the loss, Grad writes scale * dL/dpred; both see (pred, target) only.
-template <template <class, class, class> class Value, template <class, class, class> class Grad, Policy P,
+// the loss, Grad adds weight * scale * dL/dpred; both see (pred, target) only.
+template <template <class, class, class> class Value, template <bool, class, class, class> class Grad, Policy P,
           Backend B, Scalar Y>
 Loss<P, B> elementwise_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> target, const char* name) {
   using T = typename P::activation_type;
   using C = typename P::template compute_type<op::loss>;
+  AMP_REQUIRE(&ctx == &pred.graph->context(), name, ": the prediction lives on another context");
   check_same_shape(pred, target.rows, target.cols, name);
   AMP_REQUIRE(target.contiguous(), name, ": the target must be contiguous");
   const auto n = static_cast<std::size_t>(target.size());
-  transform_reduce(ctx, n, Value<C, T, Y>{pred.value.data, target.data, 1.0f / static_cast<float>(n), target.cols},
-                   CombineLoss{}, LossValue{}, pred.producer->loss_slot());
-  auto seed = [](Context<B>& c, const Loss<P, B>& l, const float* scale, Matrix<T> grad) {
-    const auto count = static_cast<std::size_t>(grad.size());
-    for_each(c, count, Grad<C, T, Y>{l.prediction().value.data, l.template target<Y>(), grad.data, scale,
-                                     1.0f / static_cast<float>(count)});
+  LossValue* slot = pred.graph->loss_slot();
+  transform_reduce(ctx, n, Value<C, T, Y>{pred.var.data, target.data, 1.0f / static_cast<float>(n), target.cols},
+                   CombineLoss{}, LossValue{}, slot);
+  auto seed = [](const Loss<P, B>& l, const float* scale, float weight, GradOut<T> g) {
+    const auto count = l.prediction().var.size();
+    const float inv = 1.0f / static_cast<float>(count);
+    const T* p = l.prediction().var.data;
+    auto& c = l.graph().context();
+    if (scale) for_each(c, count, Grad<true, C, T, Y>{p, l.template target<Y>(), g.data, scale, weight, inv, g.accumulate});
+    else for_each(c, count, Grad<false, C, T, Y>{p, l.template target<Y>(), g.data, scale, weight, inv, g.accumulate});
   };
-  return Loss<P, B>(ctx, pred, target.data, 0, seed, name);
+  return Loss<P, B>(pred, target.data, 0, slot, seed, name);
 }
 }  // namespace detail
 
@@ -200,7 +276,6 @@ template <Policy P, Backend B, Scalar Y>
 Loss<P, B> mse_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> target) {
   return detail::elementwise_loss<detail::MseValueOp, detail::MseGradOp>(ctx, pred, target, "mse_loss");
 }
-
 template <Policy P, Backend B, Scalar Y>
 Loss<P, B> mse_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<Y> target) {
   return mse_loss(ctx, pred, Matrix<const Y>(target));
@@ -210,7 +285,9 @@ Loss<P, B> mse_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<Y> target)
 template <Policy P, Backend B>
 Loss<P, B> cross_entropy(Context<B>& ctx, const Output<P, B>& pred, Span<const std::int32_t> labels) {
   using T = typename P::activation_type;
+  using S = typename P::template compute_type<op::softmax>;
   using C = typename P::template compute_type<op::loss>;
+  AMP_REQUIRE(&ctx == &pred.graph->context(), "cross_entropy: the prediction lives on another context");
   AMP_REQUIRE(static_cast<std::int64_t>(labels.size) == pred.rows(), "cross_entropy: ", labels.size,
               " labels for a prediction of ", pred.rows(), " rows");
   if constexpr (std::is_same_v<B, host>) {  // host memory: say which label is wrong right away
@@ -218,15 +295,22 @@ Loss<P, B> cross_entropy(Context<B>& ctx, const Output<P, B>& pred, Span<const s
       AMP_REQUIRE(labels[r] >= 0 && labels[r] < pred.cols(), "cross_entropy: label ", labels[r], " at row ", r,
                   " is outside [0, ", pred.cols(), ")");
   }
+  LossValue* slot = pred.graph->loss_slot();
   const float inv = 1.0f / static_cast<float>(pred.rows());
-  transform_reduce(ctx, labels.size, detail::CrossEntropyValueOp<C, T>{pred.value.data, labels.data, pred.cols(), inv},
-                   detail::CombineLoss{}, LossValue{}, pred.producer->loss_slot());
-  auto seed = [](Context<B>& c, const Loss<P, B>& l, const float* scale, Matrix<T> grad) {
-    for_each(c, static_cast<std::size_t>(grad.rows),
-             detail::CrossEntropyGradOp<C, T>{l.prediction().value.data, l.template target<std::int32_t>(), grad.data,
-                                              grad.cols, scale, 1.0f / static_cast<float>(grad.rows)});
+  transform_reduce(ctx, labels.size, detail::CrossEntropyValueOp<S, C, T>{pred.var.data, labels.data, pred.cols(), inv},
+                   detail::CombineLoss{}, LossValue{}, slot);
+  auto seed = [](const Loss<P, B>& l, const float* scale, float weight, GradOut<T> g) {
+    const auto& p = l.prediction();
+    const auto rows = static_cast<std::size_t>(p.rows());
+    const float k = 1.0f / static_cast<float>(rows);
+    const auto* y = l.template target<std::int32_t>();
+    auto& c = l.graph().context();
+    if (scale)
+      for_each(c, rows, detail::CrossEntropyGradOp<true, S, C, T>{p.var.data, y, g.data, p.cols(), scale, weight, k, g.accumulate});
+    else
+      for_each(c, rows, detail::CrossEntropyGradOp<false, S, C, T>{p.var.data, y, g.data, p.cols(), scale, weight, k, g.accumulate});
   };
-  return Loss<P, B>(ctx, pred, labels.data, pred.cols(), seed, "cross_entropy");
+  return Loss<P, B>(pred, labels.data, pred.cols(), slot, seed, "cross_entropy");
 }
 
 // Binary cross-entropy on logits, targets in [0, 1], mean over all elements.
@@ -234,7 +318,6 @@ template <Policy P, Backend B, Scalar Y>
 Loss<P, B> bce_with_logits(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> target) {
   return detail::elementwise_loss<detail::BceValueOp, detail::BceGradOp>(ctx, pred, target, "bce_with_logits");
 }
-
 template <Policy P, Backend B, Scalar Y>
 Loss<P, B> bce_with_logits(Context<B>& ctx, const Output<P, B>& pred, Matrix<Y> target) {
   return bce_with_logits(ctx, pred, Matrix<const Y>(target));

@@ -1,125 +1,282 @@
 #pragma once
-// The parameters of a whole model: one flat arena per role (weights, fp32
-// master copy, gradients, and O1's low-precision cast cache). Blocks are padded
-// to a common element multiple, so index i means the same parameter in every
-// role and the optimizer and the overflow check are single flat passes.
+// The parameters of a model. Each parameter has a role, and the role picks its
+// stored type from the policy: weights and biases are stored as param_type,
+// norm scale/shift as norm_param_type, each role in its own flat arenas:
+// values, gradients, an fp32 master copy exactly when the stored type differs
+// from master_type, and (O1) a cast cache of the values in the type a GEMM or a
+// convolution consumes. Blocks are padded to a common multiple, so offset i is
+// the same parameter in every arena of its role, and the overflow check and the
+// optimizer step are flat passes.
+#include <algorithm>
 #include <cstdint>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "amp/backend/algorithm.hpp"
-#include "amp/backend/arena.hpp"
+#include "amp/backend/buffer.hpp"
 #include "amp/nn/init.hpp"
 #include "amp/policy.hpp"
+#include "amp/tensor.hpp"
 
 namespace amp::nn {
 
-// A block of parameters: element offset and count in every role's arena.
-struct ParamSlot {
+// What a parameter is for; the role picks its stored type from the policy.
+// Buffers are model state that is not trained (BatchNorm's running statistics):
+// fp32, no gradient, saved and exported with the parameters.
+enum class role { weight, norm, buffer };
+
+inline constexpr const char* role_name(role r) {
+  return r == role::weight ? "weight" : r == role::norm ? "norm" : "buffer";
+}
+
+// A layer's handle on one parameter of role R: where it lives in its role's arenas.
+template <role R>
+struct Param {
+  std::size_t offset = 0;  // elements from the start of the role's arenas
+  std::size_t count = 0;
+  Shape shape;
+  int index = -1;  // in the store's table
+};
+
+// One row of the store's table: what a checkpoint or an exporter needs to know.
+struct ParamInfo {
+  std::string name;
+  Shape shape;
+  role kind = role::weight;
+  bool decay = true;  // weight decay applies (not to biases and norm parameters)
+  Init init;
   std::size_t offset = 0;
   std::size_t count = 0;
 };
 
-// Collects the blocks while layers are built, before anything is allocated.
-class ParameterPlan {
- public:
-  // 128 elements: 256 bytes for 16-bit types, so every role's blocks align alike.
-  static constexpr std::size_t block_multiple = 128;
-
-  ParamSlot add(std::size_t count) {
-    const ParamSlot slot{total_, count};
-    total_ += (count + block_multiple - 1) / block_multiple * block_multiple;
-    return slot;
-  }
-  std::size_t total() const { return total_; }
-
- private:
-  std::size_t total_ = 0;
+template <Policy P, role R>
+struct role_types;
+template <Policy P>
+struct role_types<P, role::weight> {
+  using stored = typename P::param_type;
+  using grad = typename P::grad_type;
+};
+template <Policy P>
+struct role_types<P, role::norm> {
+  using stored = typename P::norm_param_type;
+  using grad = typename P::norm_param_type;
+};
+template <Policy P>
+struct role_types<P, role::buffer> {
+  using stored = float;
+  using grad = void;
 };
 
-template <Policy P, Backend B>
-class Parameters {
+// The arenas of one role.
+template <Policy P, Backend B, role R>
+class ParamGroup {
  public:
-  using param_type = typename P::param_type;
-  using grad_type = typename P::grad_type;
+  using stored_type = typename role_types<P, R>::stored;
+  using grad_type = typename role_types<P, R>::grad;
   using gemm_type = typename P::template compute_type<op::gemm>;
-  static constexpr bool has_master = uses_master_weights_v<P>;
-  static constexpr bool has_cast_cache = casts_weights_v<P>;
-  static_assert(!has_master || std::is_same_v<typename P::master_type, float>, "master weights are fp32");
+  using conv_type = typename P::template compute_type<op::conv>;
+  static constexpr bool has_master = keeps_master_v<P, stored_type>;
+  static_assert(!has_master || std::is_same_v<typename P::master_type, float>, "master copies are fp32");
+  // Caches of the values as GEMMs and convolutions consume them (weights only: norms read their values).
+  static constexpr bool caches_gemm = R == role::weight && !std::is_same_v<stored_type, gemm_type>;
+  static constexpr bool caches_conv =
+      R == role::weight && !std::is_same_v<stored_type, conv_type> && !std::is_same_v<gemm_type, conv_type>;
 
-  Parameters(Context<B>& ctx, const ParameterPlan& plan) : ctx_(&ctx), count_(plan.total()) {
-    weights_ = make_arena<param_type>(memory_kind::weights);
-    grads_ = make_arena<grad_type>(memory_kind::grads);
-    if constexpr (has_master) master_ = make_arena<float>(memory_kind::master);
-    if constexpr (has_cast_cache) cast_cache_ = make_arena<gemm_type>(memory_kind::weights);
-    fill(ctx, weights(), cast<param_type>(0.0f));
-    if constexpr (has_master) fill(ctx, master(), 0.0f);
-    fill(ctx, grads(), cast<grad_type>(0.0f));
+  void allocate(Context<B>& ctx, std::size_t count) {
+    count_ = count;
+    values_ = Buffer<stored_type, B>(ctx, count, memory_kind::weights);
+    grads_ = Buffer<grad_type, B>(ctx, count, memory_kind::grads);
+    fill(ctx, values_.span(), cast<stored_type>(0.0f));
+    fill(ctx, grads_.span(), cast<grad_type>(0.0f));
+    if constexpr (has_master) {
+      master_ = Buffer<float, B>(ctx, count, memory_kind::master);
+      fill(ctx, master_.span(), 0.0f);
+    }
+    if constexpr (caches_gemm) gemm_cache_ = Buffer<gemm_type, B>(ctx, count, memory_kind::weights);
+    if constexpr (caches_conv) conv_cache_ = Buffer<conv_type, B>(ctx, count, memory_kind::weights);
   }
-  Parameters(const Parameters&) = delete;
-  Parameters& operator=(const Parameters&) = delete;
 
-  Context<B>& context() const { return *ctx_; }
-  // Elements per role, padding included (padding stays zero in every role).
+  // Elements in each arena, padding included (padding stays zero everywhere).
   std::size_t count() const { return count_; }
-
-  Span<param_type> weights() const { return weights_.view(whole<param_type>()); }
-  Span<grad_type> grads() const { return grads_.view(whole<grad_type>()); }
+  Span<stored_type> values() const { return values_.span(); }
+  Span<grad_type> grads() const { return grads_.span(); }
   Span<float> master() const {
-    if constexpr (has_master) return master_.view(whole<float>());
+    if constexpr (has_master) return master_.span();
     else return {};
   }
 
-  Span<param_type> weights(ParamSlot s) const { return weights().subspan(s.offset, s.count); }
-  Span<grad_type> grads(ParamSlot s) const { return grads().subspan(s.offset, s.count); }
-
-  // The weights as the GEMM consumes them. O1 keeps a cast copy that is
-  // refreshed once per optimizer step (autocast's cache), not once per use.
-  Span<const gemm_type> gemm_weights(ParamSlot s) {
-    if constexpr (has_cast_cache) {
-      const Span<gemm_type> cache = cast_cache_.view(whole<gemm_type>());
-      if (cache_version_ != version_) {
-        convert(*ctx_, Span<const param_type>(weights()), cache);
-        cache_version_ = version_;
-        ++cache_refreshes_;
-      }
-      return cache.subspan(s.offset, s.count);
+  // The values as T (the stored type, or a cast cache refreshed once per
+  // optimizer step however often it is used: autocast's weight cache).
+  template <class T>
+  Span<const T> as(Context<B>& ctx) {
+    if constexpr (std::is_same_v<T, stored_type>) {
+      return values_.span();
+    } else if constexpr (caches_gemm && std::is_same_v<T, gemm_type>) {
+      return refreshed(ctx, gemm_cache_, gemm_version_);
     } else {
-      return weights(s);
+      static_assert(caches_conv && std::is_same_v<T, conv_type>, "no cast cache of this type for this role");
+      return refreshed(ctx, conv_cache_, conv_version_);
     }
   }
 
-  // Uniform init of one block from (seed, block offset): the same values on every backend.
-  void init_uniform(ParamSlot s, std::uint64_t seed, float bound) {
-    float* m = nullptr;
-    if constexpr (has_master) m = master().data + s.offset;
-    for_each(*ctx_, s.count, detail::UniformInitOp<param_type>{weights().data + s.offset, m, seed + s.offset, bound});
-    mark_updated();
-  }
-
-  // The optimizer (or a load) changed the weights: stale cast cache.
   void mark_updated() { ++version_; }
-  std::uint64_t version() const { return version_; }
-  // How often O1's cast cache was rebuilt: once per step however many forwards.
-  std::uint64_t cast_cache_refreshes() const { return cache_refreshes_; }
+  std::uint64_t cache_refreshes() const { return refreshes_; }
 
  private:
   template <class T>
-  Slot<T> whole() const {
-    return {0, count_};
+  Span<const T> refreshed(Context<B>& ctx, Buffer<T, B>& cache, std::uint64_t& seen) {
+    if (seen != version_) {
+      convert(ctx, Span<const stored_type>(values_.span()), cache.span());
+      seen = version_;
+      ++refreshes_;
+    }
+    return cache.span();
   }
-  template <class T>
-  Arena<B> make_arena(memory_kind kind) {
-    ArenaLayout layout;
-    layout.add<T>(count_);
-    return Arena<B>(*ctx_, layout, kind);
+
+  std::size_t count_ = 0;
+  Buffer<stored_type, B> values_;
+  Buffer<grad_type, B> grads_;
+  Buffer<float, B> master_;
+  Buffer<gemm_type, B> gemm_cache_;
+  Buffer<conv_type, B> conv_cache_;
+  std::uint64_t version_ = 1, gemm_version_ = 0, conv_version_ = 0, refreshes_ = 0;
+};
+
+template <Policy P, Backend B>
+class ParameterStore {
+ public:
+  // 128 elements: 256 bytes for 16-bit types, so every arena's blocks align alike.
+  static constexpr std::size_t block_multiple = 128;
+
+  explicit ParameterStore(Context<B>& ctx) : ctx_(&ctx) {}
+  ParameterStore(const ParameterStore&) = delete;
+  ParameterStore& operator=(const ParameterStore&) = delete;
+
+  // Declares a parameter; only before allocate(). Names are unique.
+  template <role R>
+  Param<R> declare(std::string name, Shape shape, Init init, bool decay = true) {
+    AMP_REQUIRE(!allocated_, "parameter '", name, "' declared after the model was built");
+    AMP_REQUIRE(shape.numel() > 0, "parameter '", name, "' has no elements: shape ", shape.str());
+    for (const auto& p : table_) AMP_REQUIRE(p.name != name, "two parameters are named '", name, "'");
+    std::size_t& total = R == role::weight ? weight_count_ : R == role::norm ? norm_count_ : buffer_count_;
+    const auto count = static_cast<std::size_t>(shape.numel());
+    const Param<R> p{total, count, shape, static_cast<int>(table_.size())};
+    table_.push_back({std::move(name), shape, R, decay, init, total, count});
+    total += (count + block_multiple - 1) / block_multiple * block_multiple;
+    return p;
+  }
+
+  // The arenas, once every parameter is declared; values start at zero.
+  void allocate() {
+    AMP_REQUIRE(!allocated_, "ParameterStore::allocate: already allocated");
+    weights_.allocate(*ctx_, weight_count_);
+    norms_.allocate(*ctx_, norm_count_);
+    buffers_ = Buffer<float, B>(*ctx_, buffer_count_, memory_kind::weights);
+    fill(*ctx_, buffers_.span(), 0.0f);
+    allocated_ = true;
+  }
+  bool allocated() const { return allocated_; }
+
+  // Every parameter from its Init, computed on the host from (seed, parameter,
+  // element): the same values on every backend and thread count.
+  void initialize(std::uint64_t seed) {
+    for (std::size_t i = 0; i < table_.size(); ++i) {
+      const ParamInfo& p = table_[i];
+      std::vector<float> v(p.count);
+      const std::uint64_t param_seed = detail::mix64(seed ^ detail::mix64(i + 1));
+      for (std::size_t k = 0; k < p.count; ++k) v[k] = detail::init_value(p.init, param_seed, k);
+      set_values(static_cast<int>(i), v);
+    }
+  }
+
+  // Parameter `index` from fp32 values: the master copy (if any) takes them
+  // as they are, the stored values rounded once.
+  void set_values(int index, const std::vector<float>& v) {
+    const ParamInfo& p = table_.at(static_cast<std::size_t>(index));
+    AMP_REQUIRE(v.size() == p.count, "parameter '", p.name, "' has ", p.count, " elements, got ", v.size());
+    if (p.kind == role::weight) upload_values(weights_, p, v);
+    else if (p.kind == role::norm) upload_values(norms_, p, v);
+    else upload(*ctx_, buffers_.span().subspan(p.offset, p.count), v);
+    mark_updated();
+  }
+
+  // Parameter `index` as fp32: the master copy where there is one, else the stored values.
+  std::vector<float> get_values(int index) const {
+    const ParamInfo& p = table_.at(static_cast<std::size_t>(index));
+    if (p.kind == role::weight) return download_values(weights_, p);
+    if (p.kind == role::norm) return download_values(norms_, p);
+    return download(*ctx_, Span<const float>(buffers_.span().subspan(p.offset, p.count)));
+  }
+
+  const std::vector<ParamInfo>& table() const { return table_; }
+  Context<B>& context() const { return *ctx_; }
+
+  template <role R>
+  ParamGroup<P, B, R>& group() {
+    if constexpr (R == role::weight) return weights_;
+    else return norms_;
+  }
+  template <role R>
+  const ParamGroup<P, B, R>& group() const {
+    if constexpr (R == role::weight) return weights_;
+    else return norms_;
+  }
+
+  template <role R>
+  auto values(Param<R> p) const {
+    if constexpr (R == role::buffer) return buffers_.span().subspan(p.offset, p.count);
+    else return group<R>().values().subspan(p.offset, p.count);
+  }
+  template <role R>
+  auto grads(Param<R> p) const {
+    return group<R>().grads().subspan(p.offset, p.count);
+  }
+  // The values as T: the stored values or the role's cast cache.
+  template <class T, role R>
+  Span<const T> as(Param<R> p) {
+    return group<R>().template as<T>(*ctx_).subspan(p.offset, p.count);
+  }
+
+  void zero_grad() {
+    fill(*ctx_, weights_.grads(), cast<typename ParamGroup<P, B, role::weight>::grad_type>(0.0f));
+    fill(*ctx_, norms_.grads(), cast<typename ParamGroup<P, B, role::norm>::grad_type>(0.0f));
+  }
+  // The values changed (an optimizer step, a load): cast caches are stale.
+  void mark_updated() {
+    weights_.mark_updated();
+    norms_.mark_updated();
+  }
+  std::uint64_t cast_cache_refreshes() const { return weights_.cache_refreshes(); }
+  // Trained elements, padding included.
+  std::size_t count() const { return weights_.count() + norms_.count(); }
+
+ private:
+  template <class Group>
+  void upload_values(Group& g, const ParamInfo& p, const std::vector<float>& v) {
+    using S = typename Group::stored_type;
+    std::vector<S> stored(v.size());
+    for (std::size_t k = 0; k < v.size(); ++k) stored[k] = cast<S>(v[k]);
+    upload(*ctx_, g.values().subspan(p.offset, p.count), stored);
+    if constexpr (Group::has_master) upload(*ctx_, g.master().subspan(p.offset, p.count), v);
+  }
+  template <class Group>
+  std::vector<float> download_values(const Group& g, const ParamInfo& p) const {
+    if constexpr (Group::has_master) return download(*ctx_, Span<const float>(g.master().subspan(p.offset, p.count)));
+    using S = typename Group::stored_type;
+    const auto stored = download(*ctx_, Span<const S>(g.values().subspan(p.offset, p.count)));
+    std::vector<float> out(stored.size());
+    for (std::size_t k = 0; k < stored.size(); ++k) out[k] = cast<float>(stored[k]);
+    return out;
   }
 
   Context<B>* ctx_;
-  std::size_t count_;
-  Arena<B> weights_, grads_, master_, cast_cache_;
-  std::uint64_t version_ = 1;
-  std::uint64_t cache_version_ = 0;
-  std::uint64_t cache_refreshes_ = 0;
+  std::vector<ParamInfo> table_;
+  std::size_t weight_count_ = 0, norm_count_ = 0, buffer_count_ = 0;
+  bool allocated_ = false;
+  ParamGroup<P, B, role::weight> weights_;
+  ParamGroup<P, B, role::norm> norms_;
+  Buffer<float, B> buffers_;
 };
 
 }  // namespace amp::nn

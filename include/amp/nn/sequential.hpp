@@ -1,145 +1,87 @@
 #pragma once
-// A model composed at compile time. Layers are instantiated with the policy and
-// the backend; their parameters live in one Parameters object (one flat arena
-// per role) and their activations are planned for max_batch at build time, so
-// the training loop allocates nothing.
+// A chain of layers composed at compile time, as a Model. Its parameters are
+// named as torch.nn.Sequential would name them ("0.weight", "2.bias": a Linear
+// with a fused activation counts as two modules), so weights move to and from
+// PyTorch unchanged.
+#include <array>
 #include <cstdint>
-#include <type_traits>
+#include <string>
+#include <tuple>
+#include <utility>
 
-#include "amp/nn/output.hpp"
-#include "amp/nn/parameters.hpp"
-#include "amp/tensor.hpp"
+#include "amp/nn/module.hpp"
 
 namespace amp::nn {
 
 namespace detail {
-// head, then tail: members are built in declaration order, so each layer sees
-// the feature count of the one before it.
-template <class... Layers>
-struct Chain {
-  template <class Ctx, class Plan>
-  Chain(Ctx&, Plan&, std::int64_t, std::int64_t features, bool) : features_(features) {}
-  std::int64_t out_features() const { return features_; }
-  template <class Params>
-  void init(Params&, std::uint64_t) {}
-  template <class Ctx, class Params, class X>
-  X forward(Ctx&, Params&, X x) { return x; }
-  template <class Ctx, class Params, class D>
-  D backward(Ctx&, Params&, D dy) { return dy; }
-  std::int64_t features_;
-};
-
-template <class Head, class... Tail>
-struct Chain<Head, Tail...> {
-  template <class Ctx, class Plan>
-  Chain(Ctx& ctx, Plan& plan, std::int64_t max_batch, std::int64_t features, bool need_dx,
-        const typename Head::Config& head_cfg, const typename Tail::Config&... tail_cfgs)
-      : head(ctx, head_cfg, max_batch, features, plan, need_dx),
-        tail(ctx, plan, max_batch, head.out_features(), true, tail_cfgs...) {}
-
-  std::int64_t out_features() const { return tail.out_features(); }
-  template <class Params>
-  void init(Params& params, std::uint64_t seed) {
-    head.init(params, seed);
-    tail.init(params, seed);
-  }
-  template <class Ctx, class Params, class X>
-  X forward(Ctx& ctx, Params& params, X x) {
-    return tail.forward(ctx, params, head.forward(ctx, params, x));
-  }
-  template <class Ctx, class Params, class D>
-  D backward(Ctx& ctx, Params& params, D dy) {
-    return head.backward(ctx, params, tail.backward(ctx, params, dy));
-  }
-
-  Head head;
-  Chain<Tail...> tail;
-};
-}  // namespace detail
-
-struct SequentialOptions {
-  std::int64_t max_batch = 128;
-  std::uint64_t seed = 0;
-};
-
 template <Policy P, Backend B, template <class, class> class... Layers>
-class Sequential final : public Backprop<P, B> {
+class Chain {
  public:
-  using policy = P;
-  using backend = B;
   using T = typename P::activation_type;
+  static constexpr std::size_t size = sizeof...(Layers);
 
-  Sequential(Context<B>& ctx, SequentialOptions opt, const typename Layers<P, B>::Config&... cfgs)
-      : max_batch_(check_batch(opt.max_batch)),
-        chain_(ctx, plan_, opt.max_batch, 0, false, cfgs...),
-        params_(ctx, plan_),
-        grad_out_(ctx, {opt.max_batch, chain_.out_features()}, memory_kind::activations),
-        loss_slot_(ctx, 1, memory_kind::activations),
-        unit_scale_(ctx, 1, memory_kind::activations) {
-    fill(ctx, unit_scale_.span(), 1.0f);
-    if constexpr (std::is_same_v<B, cuda>) ctx.template require<P>();
-    in_features_ = in_features_of(cfgs...);
-    chain_.init(params_, opt.seed);
+  explicit Chain(Builder<P, B> b, const typename Layers<P, B>::Config&... cfgs)
+      : layers_(build(b, std::make_index_sequence<size>{}, cfgs...)), first_features_(first_features(cfgs...)) {}
+
+  template <class X>
+  Var<T> forward(Graph<P, B>& g, X x) {
+    return run<0>(g, x);
   }
 
-  Parameters<P, B>& parameters() { return params_; }
-  const Parameters<P, B>& parameters() const { return params_; }
-  std::int64_t max_batch() const { return max_batch_; }
-  std::int64_t in_features() const { return in_features_; }
-  std::int64_t out_features() const { return chain_.out_features(); }
-  auto& layers() { return chain_; }
-
-  // x: rows = batch (<= max_batch), cols = in_features, row-major and contiguous.
-  // Inputs of another type are cast once into activation_type, as Apex's O2 does.
-  template <class In>
-  Output<P, B> forward(Context<B>& ctx, Matrix<const In> x) {
-    AMP_REQUIRE(x.cols == in_features_ && x.rows >= 1 && x.rows <= max_batch_ && x.contiguous(),
-                "Sequential::forward: input [", x.rows, "x", x.cols, "] (ld ", x.ld, ") does not fit a model of ",
-                in_features_, " input features and max_batch ", max_batch_, " (rows 1..", max_batch_,
-                ", contiguous)");
-    rows_ = x.rows;
-    Matrix<const T> xa;
-    if constexpr (std::is_same_v<In, T>) {
-      xa = x;
-    } else {
-      if (!input_.data()) input_ = Tensor<T, B>(ctx, {max_batch_, in_features_}, memory_kind::activations);
-      const Matrix<T> cast_in = input_.matrix().first_rows(x.rows);
-      convert(ctx, x.span(), cast_in.span());
-      xa = cast_in;
-    }
-    return {chain_.forward(ctx, params_, xa), this};
-  }
-  template <class In>
-  Output<P, B> forward(Context<B>& ctx, Matrix<In> x) {
-    return forward(ctx, Matrix<const In>(x));
+  // A first layer that says its input size (a Linear) gives the model's input.
+  std::vector<Input> default_inputs() const {
+    if (first_features_ > 0) return {Input{Shape{first_features_}}};
+    return {};
   }
 
-  Matrix<T> grad_output(std::int64_t rows) override { return grad_out_.matrix().first_rows(rows); }
-  void backward(Context<B>& ctx) override { chain_.backward(ctx, params_, Matrix<const T>(grad_output(rows_))); }
-  LossValue* loss_slot() override { return loss_slot_.data(); }
-  const float* unit_scale() override { return unit_scale_.data(); }
+  template <std::size_t I>
+  auto& layer() {
+    return std::get<I>(layers_);
+  }
 
  private:
-  static std::int64_t check_batch(std::int64_t b) {
-    AMP_REQUIRE(b > 0, "Sequential: max_batch must be positive, got ", b);
-    return b;
+  template <std::size_t... I>
+  static std::tuple<Layers<P, B>...> build(Builder<P, B> b, std::index_sequence<I...>,
+                                           const typename Layers<P, B>::Config&... cfgs) {
+    const std::array<int, size> slots{Layers<P, B>::torch_slots(cfgs)...};
+    std::array<int, size> start{};
+    for (std::size_t k = 1; k < size; ++k) start[k] = start[k - 1] + slots[k - 1];
+    // A braced list constructs (and so declares parameters) left to right.
+    return std::tuple<Layers<P, B>...>{Layers<P, B>(b.child(std::to_string(start[I])), cfgs)...};
   }
+
   template <class First, class... Rest>
-  static std::int64_t in_features_of(const First& first, const Rest&...) {
+  static std::int64_t first_features(const First& first, const Rest&...) {
     if constexpr (requires { first.in_features; }) return first.in_features;
     else return 0;
   }
 
-  std::int64_t max_batch_;
-  ParameterPlan plan_;
-  detail::Chain<Layers<P, B>...> chain_;
-  Parameters<P, B> params_;
-  Tensor<T, B> grad_out_;
-  Buffer<LossValue, B> loss_slot_;
-  Buffer<float, B> unit_scale_;
-  Tensor<T, B> input_;
-  std::int64_t in_features_ = 0;
-  std::int64_t rows_ = 0;
+  template <std::size_t I, class X>
+  Var<T> run(Graph<P, B>& g, X x) {
+    if constexpr (I + 1 == size) {
+      return std::get<I>(layers_)(g, x);
+    } else {
+      return run<I + 1>(g, std::get<I>(layers_)(g, x));
+    }
+  }
+
+  std::tuple<Layers<P, B>...> layers_;
+  std::int64_t first_features_;
+};
+}  // namespace detail
+
+template <Policy P, Backend B, template <class, class> class... Layers>
+class Sequential : public Model<P, B, detail::Chain<P, B, Layers...>> {
+  using Base = Model<P, B, detail::Chain<P, B, Layers...>>;
+
+ public:
+  Sequential(Context<B>& ctx, ModelOptions options, const typename Layers<P, B>::Config&... cfgs)
+      : Base(ctx, std::move(options), cfgs...) {}
+
+  template <std::size_t I>
+  auto& layer() {
+    return this->net().template layer<I>();
+  }
 };
 
 }  // namespace amp::nn

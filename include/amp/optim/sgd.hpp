@@ -12,19 +12,21 @@ struct SGDOptions {
   float weight_decay = 0.0f;
   float max_grad_norm = 0.0f;
   int accumulation_steps = 1;
+  std::vector<ParamGroup> groups = {};
+  bool per_tensor_norms = false;
 };
 
 struct SGDRule {
   static constexpr int state_buffers = 1;  // momentum
-  float momentum, dampening, weight_decay;
+  float momentum, dampening;
   bool nesterov;
 
   AMP_HOST_DEVICE float beta1_or_one() const { return 1.0f; }
   AMP_HOST_DEVICE float beta2_or_one() const { return 1.0f; }
-  AMP_HOST_DEVICE float update(float w, float g, float* buf, float*, const OptimizerState& s, float lr) const {
-    g += weight_decay * w;
+  AMP_HOST_DEVICE float update(float w, float g, float* buf, float*, const StepValues& v, float lr, float wd) const {
+    g += wd * w;
     if (momentum != 0.0f) {
-      const float b = s.t == 0 ? g : momentum * *buf + (1.0f - dampening) * g;
+      const float b = v.t == 1 ? g : momentum * *buf + (1.0f - dampening) * g;
       *buf = b;
       g = nesterov ? g + momentum * b : b;
     }
@@ -35,15 +37,20 @@ struct SGDRule {
 template <Policy P, Backend B>
 class SGD : public FusedOptimizer<P, B, SGDRule> {
  public:
-  SGD(nn::Parameters<P, B>& params, SGDOptions o, ScalerConfig scaler = default_scaler_config<P>())
-      : FusedOptimizer<P, B, SGDRule>(params, rule(o), o.lr, {o.max_grad_norm, o.accumulation_steps}, scaler) {}
+  using Store = nn::ParameterStore<P, B>;
+  SGD(Store& params, SGDOptions o, ScalerConfig scaler = default_scaler_config<P>())
+      : SGD(std::vector<Store*>{&params}, std::move(o), scaler) {}
+  // Several models in one optimizer.
+  SGD(std::vector<Store*> params, SGDOptions o, ScalerConfig scaler = default_scaler_config<P>())
+      : FusedOptimizer<P, B, SGDRule>(std::move(params), rule(o), o.lr, o.weight_decay,
+                                      {o.max_grad_norm, o.accumulation_steps, o.groups, o.per_tensor_norms}, scaler) {}
 
  private:
   static SGDRule rule(const SGDOptions& o) {
     AMP_REQUIRE(o.momentum >= 0 && o.weight_decay >= 0, "SGD: momentum and weight_decay must be >= 0");
     AMP_REQUIRE(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
                 "SGD: nesterov needs momentum > 0 and dampening 0");
-    return {o.momentum, o.dampening, o.weight_decay, o.nesterov};
+    return {o.momentum, o.dampening, o.nesterov};
   }
 };
 

@@ -1,47 +1,53 @@
 #pragma once
-// Loss scalers. State (scale, counters, the latest gradient statistics) lives in
-// backend memory and is updated there, so a training step never waits for the
-// host. The host watches a lagging mirror of it to stop a diverged run.
+// Loss scalers, PyTorch's GradScaler and Apex's dynamic scaler in one. The mode
+// (none, static, dynamic) is a compile-time parameter: where a policy has no
+// loss scaling, nothing is multiplied or divided at all; the non-finite check
+// stays, so no level trains on NaN.
+//
+// One iteration, one verdict: step(opt) queues an optimizer's step, and
+// update() checks the gradients of every optimizer of the iteration (one
+// device-side reduction each, no host sync), applies the queued steps, each
+// skipped on the device if any of them overflowed, and backs the scale off or
+// grows it. unscale(opt) checks that optimizer at once. Calls out of order are
+// errors: unscale() or step() twice for one optimizer, update() without a step
+// or unscale, a scaled backward after this iteration's step or unscale.
+//
+// Scale, counters and the verdict live in backend memory and are updated
+// there; the host watches a lagging mirror of them to stop a diverged run.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "amp/backend/algorithm.hpp"
 #include "amp/backend/buffer.hpp"
 #include "amp/backend/host/mirror.hpp"
-#include "amp/policy.hpp"
 #include "amp/scaling/grad_stats.hpp"
+#include "amp/policy.hpp"
 
 namespace amp {
 
 struct ScalerConfig {
-  scaling mode = scaling::dynamic;
-  float init_scale = 65536.0f;      // 2^16, as Apex and PyTorch
+  float init_scale = 65536.0f;    // 2^16, as Apex and PyTorch
   float growth_factor = 2.0f;
   float backoff_factor = 0.5f;
-  int growth_interval = 2000;       // clean steps before the scale grows
-  float max_scale = 16777216.0f;    // 2^24
-  float min_scale = 1.0f;           // the floor: backoff never goes below it
+  int growth_interval = 2000;     // clean steps before the scale grows
+  float max_scale = 16777216.0f;  // 2^24
+  float min_scale = 1.0f;         // the floor: backoff never goes below it
+  // Back off only after this many overflows in a row (Apex/Megatron/DeepSpeed
+  // hysteresis); 1 is PyTorch's rule: at every overflow.
+  int hysteresis = 1;
   // This many skipped steps in a row is a divergence (NaN loss, or overflow at
   // the floor), reported as an error instead of skipping forever.
   int max_consecutive_skips = 32;
 };
 
-// The config a policy implies: dynamic for fp16 mixed precision, a static 1.0
-// for O3, none (scale 1) for O0 and the bf16 levels. Every mode still skips a
-// step whose gradients are not finite.
-template <Policy P>
-constexpr ScalerConfig default_scaler_config() {
-  ScalerConfig cfg;
-  cfg.mode = P::loss_scaling;
-  if (P::loss_scaling != scaling::dynamic) cfg.init_scale = 1.0f;
-  return cfg;
-}
-
+// A scaler's state, all of it: what a checkpoint saves and restores.
 struct ScalerState {
   float scale = 1.0f;
-  int growth_tracker = 0;
+  int growth_tracker = 0;     // clean steps since the last change
+  int hysteresis_left = 1;    // overflows left before the next backoff
   int consecutive_skips = 0;
-  int unscaled = 0;  // gradients already divided by the scale this step
-  GradStats stats;
+  int found_inf = 0;          // this iteration's verdict
   long long steps = 0;
   long long skipped = 0;
 };
@@ -50,175 +56,241 @@ struct ScalerStats {
   long long steps = 0;
   long long skipped = 0;
   float scale = 0.0f;
-  float last_max_abs_grad = 0.0f;  // unscaled
-  float last_grad_norm = 0.0f;     // unscaled global L2 norm
   int consecutive_skips = 0;
 };
 
 namespace detail {
+template <scaling Mode>
 struct UpdateScaleOp {
   ScalerState* s;
   ScalerConfig cfg;
   AMP_HOST_DEVICE void operator()(std::size_t) const {
     ++s->steps;
-    s->unscaled = 0;
-    if (overflowed(s->stats)) {
+    if (s->found_inf) {
       ++s->skipped;
       ++s->consecutive_skips;
       s->growth_tracker = 0;
-      if (cfg.mode == scaling::dynamic) {
-        const float next = s->scale * cfg.backoff_factor;
-        s->scale = next < cfg.min_scale ? cfg.min_scale : next;
+      if constexpr (Mode == scaling::dynamic) {
+        if (--s->hysteresis_left <= 0) {
+          const float next = s->scale * cfg.backoff_factor;
+          s->scale = next < cfg.min_scale ? cfg.min_scale : next;
+          s->hysteresis_left = cfg.hysteresis;
+        }
       }
-      return;
+    } else {
+      s->consecutive_skips = 0;
+      s->hysteresis_left = cfg.hysteresis;  // the overflows must be consecutive
+      if constexpr (Mode == scaling::dynamic) {
+        if (++s->growth_tracker >= cfg.growth_interval) {
+          s->growth_tracker = 0;
+          const float next = s->scale * cfg.growth_factor;
+          s->scale = !is_finite(next) || next > cfg.max_scale ? cfg.max_scale : next;
+        }
+      }
     }
-    s->consecutive_skips = 0;
-    if (cfg.mode == scaling::dynamic && ++s->growth_tracker >= cfg.growth_interval) {
-      s->growth_tracker = 0;
-      const float next = s->scale * cfg.growth_factor;
-      s->scale = !is_finite(next) || next > cfg.max_scale ? cfg.max_scale : next;
-    }
+    s->found_inf = 0;
   }
 };
 
-template <class G>
-struct UnscaleOp {
-  G* g;
-  const ScalerState* s;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const { g[i] = cast<G>(cast<float>(g[i]) / s->scale); }
-};
-
-struct MarkUnscaledOp {
+struct SetScaleOp {
   ScalerState* s;
-  AMP_HOST_DEVICE void operator()(std::size_t) const {
-    s->stats.sumsq /= s->scale * s->scale;
-    s->stats.maxabs /= s->scale;
-    s->unscaled = 1;
-  }
+  float scale;
+  AMP_HOST_DEVICE void operator()(std::size_t) const { s->scale = scale; }
 };
 }  // namespace detail
 
-template <class Loss, class Scaler, class Optimizer>
+template <class Loss, class Scaler>
 class ScaledLoss;
 
+// What a loss scaler drives, whatever its policy and rule: an optimizer.
 template <Backend B>
+class Scalable {
+ public:
+  // Reduces the gradients into the optimizer's statistics and ORs its
+  // overflow into *found_inf (the scaler's verdict for the iteration).
+  virtual void check(int* found_inf) = 0;
+  // Moves the gradients, divided by *scale, into fp32 (adding to earlier shares).
+  virtual void unscale(const float* scale) = 0;
+  // The fused step: gradients times 1/*scale (nullptr: already unscaled, or no
+  // scaling), skipped on the device when *found_inf is set.
+  virtual void apply(const float* scale, const int* found_inf) = 0;
+  // The iteration is over (the scaler's update()).
+  virtual void end_iteration() { stepped = false, unscaled_by = nullptr; }
+
+  bool stepped = false;                // queued by a scaler in this iteration
+  const void* unscaled_by = nullptr;   // the last scaler that unscaled it in this iteration
+
+ protected:
+  ~Scalable() = default;
+};
+
+template <Backend B, scaling Mode>
 class LossScaler {
  public:
   using backend = B;
-  LossScaler(Context<B>& ctx, ScalerConfig cfg) : ctx_(&ctx), cfg_(cfg), state_(ctx, 1, memory_kind::optimizer), mirror_(ctx) {
-    AMP_REQUIRE(cfg.init_scale > 0 && std::isfinite(cfg.init_scale) && cfg.min_scale > 0 &&
-                    cfg.max_scale >= cfg.min_scale && cfg.init_scale >= cfg.min_scale &&
-                    cfg.init_scale <= cfg.max_scale,
-                "LossScaler: need 0 < min_scale <= init_scale <= max_scale (finite), got min ", cfg.min_scale,
-                ", init ", cfg.init_scale, ", max ", cfg.max_scale);
-    AMP_REQUIRE(cfg.growth_factor > 1 && cfg.backoff_factor > 0 && cfg.backoff_factor < 1 &&
-                    cfg.growth_interval > 0 && cfg.max_consecutive_skips > 0,
-                "LossScaler: need growth_factor > 1, 0 < backoff_factor < 1, growth_interval > 0 and "
-                "max_consecutive_skips > 0");
+  static constexpr scaling mode = Mode;
+
+  explicit LossScaler(Context<B>& ctx, ScalerConfig cfg = {}) : ctx_(&ctx), cfg_(valid(cfg)), state_(ctx, 1, memory_kind::optimizer), mirror_(ctx) {
     ScalerState init;
-    init.scale = cfg.init_scale;
+    init.scale = Mode == scaling::none ? 1.0f : cfg_.init_scale;
+    init.hysteresis_left = cfg_.hysteresis;
     upload(ctx, state_.span(), &init, 1);
   }
+  LossScaler(const LossScaler&) = delete;
+  LossScaler& operator=(const LossScaler&) = delete;
 
   const ScalerConfig& config() const { return cfg_; }
+  // New settings from the next update() on (the scale itself: update(new_scale)).
+  void set_config(const ScalerConfig& cfg) { cfg_ = valid(cfg); }
   Context<B>& context() const { return *ctx_; }
-  // Backend pointers read by the loss seed and the optimizer kernels.
-  const float* scale_ptr() const { return &state_.data()->scale; }
-  const ScalerState* state() const { return state_.data(); }
+  // The scale as the loss seeds read it (nullptr: no scaling, nothing to multiply).
+  const float* scale_ptr() const {
+    if constexpr (Mode == scaling::none) return nullptr;
+    else return &state_.data()->scale;
+  }
 
-  // scaler.scale(loss): the explicit (PyTorch GradScaler) form; see amp/train.hpp.
+  // scaler.scale(loss): the explicit (PyTorch GradScaler) form; see ScaledLoss.
   template <class Loss>
-  auto scale(Loss& loss);
-
-  // The overflow check over the flat gradient arena: one reduction, no sync.
-  template <class G>
-  void check(Span<const G> grads) {
-    grad_stats(*ctx_, grads, &state_.data()->stats);
-    checked_ = true;
+  ScaledLoss<Loss, LossScaler> scale(Loss& loss) {
+    return ScaledLoss<Loss, LossScaler>(loss, *this);
   }
 
-  // Divides the gradients by the scale in place (for users who clip or inspect
-  // them by hand); the optimizer then skips its own fused unscale.
-  template <class Optimizer>
-  void unscale(Optimizer& opt) {
-    auto grads = opt.parameters().grads();
-    if (!checked_) check(Span<const typename decltype(grads)::value_type>(grads));
-    for_each(*ctx_, grads.size, detail::UnscaleOp<typename decltype(grads)::value_type>{grads.data, state()});
-    for_each(*ctx_, 1, detail::MarkUnscaledOp{state_.data()});
+  // A scaled backward is about to run: only before this iteration's steps.
+  void before_backward() const {
+    AMP_REQUIRE(involved_.empty(), "loss scaler: a scaled backward after this iteration's step() or unscale(); call "
+                                   "update() first (every backward of an iteration comes before its first step)");
   }
 
-  // Runs the optimizer's fused step, which skips itself on device on overflow.
-  template <class Optimizer>
-  void step(Optimizer& opt) {
-    if (!checked_) check(Span<const typename Optimizer::grad_type>(opt.parameters().grads()));
-    opt.apply(state());
+  // Divides this optimizer's gradients by the scale into fp32 (so nothing
+  // small underflows in fp16, as Apex unscales into master gradients); its step
+  // then uses them. Several scalers may unscale into one optimizer (Apex's
+  // num_losses): their shares add.
+  void unscale(Scalable<B>& opt) {
+    AMP_REQUIRE(opt.unscaled_by != this, "loss scaler: unscale() was already called for this optimizer since the "
+                                         "last update()");
+    AMP_REQUIRE(!opt.stepped, "loss scaler: unscale() after this optimizer's step()");
+    join(opt);
+    opt.check(&state_.data()->found_inf);
+    opt.unscale(scale_ptr());
+    opt.unscaled_by = this;
   }
 
-  // Backoff or growth, on device; then the host looks at the newest landed
-  // state and reports a divergence.
+  // Queues the optimizer's fused step; update() applies it.
+  void step(Scalable<B>& opt) {
+    AMP_REQUIRE(!opt.stepped, "loss scaler: step() was already called for this optimizer since the last update()");
+    join(opt);
+    opt.stepped = true;
+    queued_.push_back(&opt);
+  }
+
+  // Checks every optimizer of the iteration that unscale() has not, applies
+  // the queued steps (skipped on the device if anything overflowed), then backs
+  // the scale off or grows it, on the device; the host then looks at the newest
+  // landed state and reports a divergence.
   void update() {
-    for_each(*ctx_, 1, detail::UpdateScaleOp{state_.data(), cfg_});
-    checked_ = false;
-    mirror_.refresh(*ctx_, state());
+    AMP_REQUIRE(!involved_.empty(), "loss scaler: update() without a step() or unscale() since the last update()");
+    for (auto* opt : involved_)
+      if (opt->unscaled_by == nullptr) opt->check(&state_.data()->found_inf);
+    for (auto* opt : queued_) opt->apply(opt->unscaled_by ? nullptr : scale_ptr(), &state_.data()->found_inf);
+    for_each(*ctx_, 1, detail::UpdateScaleOp<Mode>{state_.data(), cfg_});
+    for (auto* opt : involved_) opt->end_iteration();
+    involved_.clear();
+    queued_.clear();
+    watch_divergence();
+  }
+  // Sets the scale (PyTorch's update(new_scale)), after ending the iteration if one is open.
+  void update(float new_scale) {
+    AMP_REQUIRE(new_scale > 0 && std::isfinite(new_scale), "loss scaler: update(", new_scale,
+                "): the scale must be positive and finite");
+    static_assert(Mode != scaling::none, "update(new_scale): this scaler does not scale");
+    if (!involved_.empty()) update();
+    for_each(*ctx_, 1, detail::SetScaleOp{state_.data(), new_scale});
+  }
+
+  // One sync: counters and scale.
+  ScalerStats stats() const {
+    const ScalerState s = state();
+    return {s.steps, s.skipped, s.scale, s.consecutive_skips};
+  }
+  ScalerState state() const { return download_one(*ctx_, static_cast<const ScalerState*>(state_.data())); }
+  void set_state(const ScalerState& s) {
+    AMP_REQUIRE(involved_.empty(), "loss scaler: set_state() in the middle of an iteration");
+    upload(*ctx_, state_.span(), &s, 1);
+  }
+  const ScalerState* state_ptr() const { return state_.data(); }
+
+ private:
+  static ScalerConfig valid(ScalerConfig cfg) {
+    if constexpr (Mode == scaling::static_scale) cfg.min_scale = cfg.max_scale = cfg.init_scale;
+    AMP_REQUIRE(cfg.init_scale > 0 && std::isfinite(cfg.init_scale) && cfg.min_scale > 0 &&
+                    cfg.max_scale >= cfg.min_scale && cfg.init_scale >= cfg.min_scale && cfg.init_scale <= cfg.max_scale,
+                "LossScaler: need 0 < min_scale <= init_scale <= max_scale (finite), got min ", cfg.min_scale, ", init ",
+                cfg.init_scale, ", max ", cfg.max_scale);
+    AMP_REQUIRE(cfg.growth_factor > 1 && cfg.backoff_factor > 0 && cfg.backoff_factor < 1 && cfg.growth_interval > 0 &&
+                    cfg.hysteresis >= 1 && cfg.max_consecutive_skips > 0,
+                "LossScaler: need growth_factor > 1, 0 < backoff_factor < 1, growth_interval > 0, hysteresis >= 1 and "
+                "max_consecutive_skips > 0");
+    return cfg;
+  }
+
+  void join(Scalable<B>& opt) {
+    if (std::find(involved_.begin(), involved_.end(), &opt) == involved_.end()) involved_.push_back(&opt);
+  }
+
+  void watch_divergence() {
+    mirror_.refresh(*ctx_, state_.data());
     if (const ScalerState* seen = mirror_.latest(); seen && seen->consecutive_skips >= cfg_.max_consecutive_skips)
       fail("amp: training diverged: ", seen->consecutive_skips,
            " consecutive steps had non-finite gradients (loss scale ", seen->scale,
-           cfg_.mode == scaling::dynamic && seen->scale <= cfg_.min_scale ? ", at its floor" : "",
+           Mode == scaling::dynamic && seen->scale <= cfg_.min_scale ? ", at its floor" : "",
            "); the parameters are those of the last good step. Check the loss and the data for NaN/inf, "
            "or lower the learning rate.");
   }
 
-  // One sync: counters, scale and the latest gradient statistics.
-  ScalerStats stats() const {
-    const ScalerState s = download_one(*ctx_, state());
-    const float unscale = s.unscaled ? 1.0f : 1.0f / s.scale;
-    return {s.steps, s.skipped, s.scale, s.stats.maxabs * unscale, std::sqrt(s.stats.sumsq) * unscale,
-            s.consecutive_skips};
-  }
-
- private:
   Context<B>* ctx_;
   ScalerConfig cfg_;
   Buffer<ScalerState, B> state_;
   Mirror<ScalerState, B> mirror_;
-  bool checked_ = false;
+  std::vector<Scalable<B>*> involved_;  // this iteration's optimizers
+  std::vector<Scalable<B>*> queued_;    // their steps, applied at update()
 };
 
 template <Backend B>
-struct DynamicLossScaler : LossScaler<B> {
-  explicit DynamicLossScaler(Context<B>& ctx, ScalerConfig cfg = {}) : LossScaler<B>(ctx, with_mode(cfg)) {}
-
- private:
-  static ScalerConfig with_mode(ScalerConfig cfg) {
-    cfg.mode = scaling::dynamic;
-    return cfg;
-  }
-};
-
+using DynamicLossScaler = LossScaler<B, scaling::dynamic>;
 template <Backend B>
-struct StaticLossScaler : LossScaler<B> {
-  explicit StaticLossScaler(Context<B>& ctx, float scale = 1.0f) : LossScaler<B>(ctx, config(scale)) {}
-
- private:
-  static ScalerConfig config(float scale) {
-    ScalerConfig cfg;
-    cfg.mode = scaling::static_scale;
-    cfg.init_scale = cfg.min_scale = cfg.max_scale = scale;
-    return cfg;
-  }
-};
-
+using StaticLossScaler = LossScaler<B, scaling::static_scale>;
 template <Backend B>
-struct NoLossScaler : LossScaler<B> {
-  explicit NoLossScaler(Context<B>& ctx) : LossScaler<B>(ctx, config()) {}
+using NoLossScaler = LossScaler<B, scaling::none>;
+
+// The scaler a policy implies: dynamic for fp16 mixed precision, a static 1.0
+// for O3, none for O0 and the bf16 levels.
+template <Policy P, Backend B>
+using default_scaler_t = LossScaler<B, P::loss_scaling>;
+
+template <Policy P>
+constexpr ScalerConfig default_scaler_config() {
+  ScalerConfig cfg;
+  if (P::loss_scaling != scaling::dynamic) cfg.init_scale = 1.0f;
+  return cfg;
+}
+
+// What scale_loss / scaler.scale return: backward() back-propagates loss x scale.
+template <class Loss, class Scaler>
+class ScaledLoss {
+ public:
+  ScaledLoss(Loss& loss, Scaler& scaler) : loss_(&loss), scaler_(&scaler) {}
+  ScaledLoss(const ScaledLoss&) = delete;
+  ScaledLoss& operator=(const ScaledLoss&) = delete;
+
+  // Gradients accumulate (scaled) until the step, which checks and unscales them.
+  void backward() {
+    scaler_->before_backward();
+    loss_->backward(scaler_->scale_ptr());
+  }
 
  private:
-  static ScalerConfig config() {
-    ScalerConfig cfg;
-    cfg.mode = scaling::none;
-    cfg.init_scale = cfg.min_scale = cfg.max_scale = 1.0f;
-    return cfg;
-  }
+  Loss* loss_;
+  Scaler* scaler_;
 };
 
 }  // namespace amp

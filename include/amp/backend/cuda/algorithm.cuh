@@ -28,6 +28,28 @@ void for_each(Context<cuda>& ctx, std::size_t n, F f) {
   AMP_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace detail {
+template <class T>
+struct ZeroOf {
+  __host__ __device__ T operator()(std::size_t) const { return T{}; }
+};
+template <class T>
+struct KeepFirst {
+  __host__ __device__ T operator()(const T& a, const T&) const { return a; }
+};
+}  // namespace detail
+
+// Sizes the workspace of a transform_reduce of n items of T now (a model's
+// build), so that the reductions of a training step allocate nothing.
+template <class T>
+void reserve_reduction(Context<cuda>& ctx, std::size_t n) {
+  thrust::counting_iterator<std::size_t> first(0);
+  std::size_t temp_bytes = 0;
+  AMP_CUDA_CHECK(cub::DeviceReduce::TransformReduce(nullptr, temp_bytes, first, static_cast<T*>(nullptr), n,
+                                                    detail::KeepFirst<T>{}, detail::ZeroOf<T>{}, T{}, ctx.stream()));
+  ctx.scratch<std::byte>(scratch_slot::reduction, temp_bytes);
+}
+
 template <class T, class Map, class Combine>
 void transform_reduce(Context<cuda>& ctx, std::size_t n, Map map, Combine combine, T init, T* out) {
   thrust::counting_iterator<std::size_t> first(0);

@@ -26,6 +26,13 @@ AMP_HOST_CLONES void for_each(Context<host>& ctx, std::size_t n, F f) {
   for (std::int64_t i = 0; i < count; ++i) f(static_cast<std::size_t>(i));
 }
 
+// Sizes the workspace of a transform_reduce of n items of T now (a model's
+// build), so that the reductions of a training step allocate nothing.
+template <class T>
+void reserve_reduction(Context<host>& ctx, std::size_t n) {
+  ctx.scratch<T>(scratch_slot::partials, (n + detail::host_reduce_chunk - 1) / detail::host_reduce_chunk);
+}
+
 // out[i] = cast<To>(in[i]) in parallel chunks, with the CPU's conversion
 // instructions (convert.hpp); the same bits as the per-element cast.
 template <class From, class To>

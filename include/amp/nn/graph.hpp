@@ -1,0 +1,268 @@
+#pragma once
+// The graph of one forward pass: a tape. Each op writes its outputs into the
+// graph's memory and records what its backward needs (by value, in a closure),
+// so layers hold no per-call state: a layer called twice (shared weights), an
+// output read by two ops (gradients add), several inputs, several losses, all
+// are ordinary. backward() runs the closures last first; each adds its input
+// gradients where the graph says (the first contribution writes, later ones add).
+//
+// Memory: a bump arena reset at every forward. It is sized once, when the model
+// is built, by a planning pass at the largest batch (see Model): afterwards a
+// training step allocates nothing, and could be captured in a CUDA graph.
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "amp/backend/algorithm.hpp"
+#include "amp/backend/buffer.hpp"
+#include "amp/nn/parameters.hpp"
+#include "amp/tensor.hpp"
+
+namespace amp::nn {
+
+// A tensor recorded on a graph; id indexes the graph's gradients (-1: no
+// gradient flows into it, e.g. class labels or token ids).
+template <class T>
+struct Var {
+  T* data = nullptr;
+  Shape shape;
+  int id = -1;
+
+  std::size_t size() const { return static_cast<std::size_t>(shape.numel()); }
+  TensorView<T> view() const { return {data, shape}; }
+  Span<T> span() const { return {data, size()}; }
+  Matrix<T> matrix() const { return amp::matrix(data, shape.rows(), shape.cols()); }
+  std::int64_t rows() const { return shape.rows(); }
+  std::int64_t cols() const { return shape.cols(); }
+};
+
+// Where a backward writes its contribution to a gradient: overwrite the first
+// time, add afterwards.
+template <class T>
+struct GradOut {
+  T* data = nullptr;
+  bool accumulate = false;
+  explicit operator bool() const { return data != nullptr; }
+};
+
+// A loss value as it is reduced: the mean, and a row whose target was invalid (-1: none).
+struct LossValue {
+  float value = 0.0f;
+  int bad_row = -1;
+};
+
+namespace detail {
+// Host-side storage of the backward closures, reused from step to step.
+template <class G>
+class Tape {
+ public:
+  Tape() = default;
+  Tape(const Tape&) = delete;
+  Tape& operator=(const Tape&) = delete;
+  ~Tape() { clear(); }
+
+  template <class F>
+  void push(F&& f) {
+    using Fn = std::decay_t<F>;
+    static_assert(alignof(Fn) <= alignof(std::max_align_t));
+    void* at = place(sizeof(Fn));
+    new (at) Fn(std::forward<F>(f));
+    entries_.push_back({[](void* self, G& g) { (*static_cast<Fn*>(self))(g); },
+                        [](void* self) { static_cast<Fn*>(self)->~Fn(); }, at});
+  }
+  void run_backward(G& g) {
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) it->run(it->self, g);
+  }
+  void clear() {
+    for (auto& e : entries_) e.destroy(e.self);
+    entries_.clear();
+    block_ = 0;
+    used_ = 0;
+  }
+  std::size_t size() const { return entries_.size(); }
+
+ private:
+  static constexpr std::size_t block_bytes = 1 << 16;
+  struct Entry {
+    void (*run)(void*, G&);
+    void (*destroy)(void*);
+    void* self;
+  };
+  void* place(std::size_t bytes) {
+    bytes = (bytes + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) * alignof(std::max_align_t);
+    AMP_REQUIRE(bytes <= block_bytes, "Graph: a backward closure of ", bytes, " bytes is too large");
+    if (block_ < blocks_.size() && used_ + bytes > block_bytes) ++block_, used_ = 0;
+    if (block_ == blocks_.size()) blocks_.push_back(std::make_unique<std::byte[]>(block_bytes));
+    void* at = blocks_[block_].get() + used_;
+    used_ += bytes;
+    return at;
+  }
+  std::vector<Entry> entries_;
+  std::vector<std::unique_ptr<std::byte[]>> blocks_;
+  std::size_t block_ = 0, used_ = 0;
+};
+}  // namespace detail
+
+template <Policy P, Backend B>
+class Graph {
+ public:
+  using policy = P;
+  using backend = B;
+  using T = typename P::activation_type;
+  static constexpr std::size_t alignment = 256;
+  static constexpr int max_losses = 64;
+
+  Graph(Context<B>& ctx, ParameterStore<P, B>& params, std::uint64_t seed = 0)
+      : ctx_(&ctx), params_(&params), seed_(seed), losses_(ctx, max_losses, memory_kind::activations) {}
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+
+  Context<B>& context() const { return *ctx_; }
+  ParameterStore<P, B>& params() const { return *params_; }
+
+  // The build-time pass that sizes memory: ops run as usual on zeros, but
+  // leave no trace (no running statistics, no random stream advanced).
+  bool planning() const { return planning_; }
+  bool training() const { return training_; }
+  void set_training(bool on) { training_ = on; }
+
+  // A new tensor on the graph; differentiable ones can receive a gradient.
+  template <class U>
+  Var<U> tensor(Shape shape, bool differentiable = true) {
+    Var<U> v{scratch<U>(static_cast<std::size_t>(shape.numel())), shape, -1};
+    if (differentiable) {
+      v.id = static_cast<int>(grads_.size());
+      grads_.push_back({nullptr, v.size() * sizeof(U)});
+    }
+    return v;
+  }
+
+  // Memory that lives until the next forward: saved tensors, temporaries.
+  template <class U>
+  U* scratch(std::size_t count) {
+    return static_cast<U*>(allocate(count * sizeof(U)));
+  }
+
+  // Records f(graph), run during backward, last recorded first.
+  template <class F>
+  void on_backward(F&& f) {
+    tape_.push(std::forward<F>(f));
+  }
+
+  // dL/dv so far, or nullptr when no gradient reached v.
+  template <class U>
+  const U* grad(const Var<U>& v) const {
+    return v.id < 0 ? nullptr : static_cast<const U*>(grads_[static_cast<std::size_t>(v.id)].data);
+  }
+  // Where a contribution to dL/dv goes (allocated at the first one); empty
+  // for tensors that take no gradient.
+  template <class U>
+  GradOut<U> grad_out(const Var<U>& v) {
+    if (v.id < 0) return {};
+    auto& g = grads_[static_cast<std::size_t>(v.id)];
+    if (g.data) return {static_cast<U*>(g.data), true};
+    g.data = allocate(g.bytes);
+    return {static_cast<U*>(g.data), false};
+  }
+
+  // A fresh slot for a loss value: two losses of one forward never share one.
+  LossValue* loss_slot() {
+    AMP_REQUIRE(loss_count_ < max_losses, "Graph: more than ", max_losses, " losses in one forward");
+    return losses_.data() + loss_count_++;
+  }
+
+  // A random stream for an op of this forward (dropout): the same bits on
+  // every backend for the same seed, forward and op.
+  std::uint64_t random_stream() { return detail::mix64(seed_ ^ detail::mix64(forward_count_ * 1024 + stream_++)); }
+
+  // Starts a forward: the previous forward's tape, gradients and memory are dropped.
+  void begin_forward() {
+    tape_.clear();
+    grads_.clear();
+    offset_ = 0;
+    loss_count_ = 0;
+    stream_ = 0;
+    backward_done_ = false;
+    if (!planning_) ++forward_count_;
+  }
+
+  // Runs the backward closures, last recorded first. Once per forward.
+  void backward() {
+    AMP_REQUIRE(!backward_done_, "backward() ran twice on one forward: each forward can be back-propagated once");
+    backward_done_ = true;
+    tape_.run_backward(*this);
+  }
+  bool backward_done() const { return backward_done_; }
+
+  // The planning pass (Model's constructor): memory grows as ops ask, and the
+  // total becomes the arena's size.
+  void begin_planning() {
+    planning_ = true;
+    begin_forward();
+  }
+  void end_planning() {
+    planning_ = false;
+    const std::size_t needed = planned_bytes_;
+    tape_.clear();
+    grads_.clear();
+    chunks_.clear();
+    arena_ = Buffer<std::byte, B>(*ctx_, needed, memory_kind::activations);
+    begin_forward();
+  }
+  // Temporaries: memory allocated after mark() is given back by release(mark).
+  std::size_t mark() const { return offset_; }
+  void release(std::size_t mark) {
+    offset_ = mark;
+    while (!chunks_.empty() && chunks_.back().offset >= mark) chunks_.pop_back();
+  }
+
+  // Bytes the arena holds (what the planning pass measured).
+  std::size_t arena_bytes() const { return arena_.bytes(); }
+  std::size_t bytes_in_use() const { return offset_; }
+
+ private:
+  struct GradSlot {
+    void* data;
+    std::size_t bytes;
+  };
+  struct Chunk {
+    std::size_t offset;
+    Buffer<std::byte, B> memory;
+  };
+
+  void* allocate(std::size_t bytes) {
+    bytes = (bytes + alignment - 1) / alignment * alignment;
+    if (planning_) {
+      planned_bytes_ = std::max(planned_bytes_, offset_ + bytes);
+      offset_ += bytes;
+      chunks_.push_back({offset_ - bytes, Buffer<std::byte, B>(*ctx_, bytes, memory_kind::activations)});
+      return chunks_.back().memory.data();
+    }
+    AMP_REQUIRE(offset_ + bytes <= arena_.bytes(), "Graph: this forward needs more than the ", arena_.bytes(),
+                " bytes planned when the model was built (a larger batch or other input shapes than "
+                "ModelOptions describes?)");
+    void* at = arena_.data() + offset_;
+    offset_ += bytes;
+    return at;
+  }
+
+  Context<B>* ctx_;
+  ParameterStore<P, B>* params_;
+  std::uint64_t seed_;
+  bool planning_ = false, training_ = true, backward_done_ = false;
+  detail::Tape<Graph> tape_;
+  std::vector<GradSlot> grads_;
+  Buffer<std::byte, B> arena_;
+  std::vector<Chunk> chunks_;  // planning only: one per allocation, freed as the arena will be
+  std::size_t offset_ = 0, planned_bytes_ = 0;
+  Buffer<LossValue, B> losses_;
+  int loss_count_ = 0;
+  std::uint64_t forward_count_ = 0, stream_ = 0;
+};
+
+}  // namespace amp::nn
