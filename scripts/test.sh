@@ -3,7 +3,7 @@
 # Extra arguments go to cmake's configure step (e.g. -DAMP_SANITIZE=ON).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
-"$AMP_ROOT/scripts/setup.sh"
+"$AMP_ROOT/scripts/setup.sh" python3-torch python3-venv  # the PyTorch interchange test
 
 start=$(date +%s)
 cmake -S "$AMP_ROOT" -B "$AMP_BUILD" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null

@@ -2,7 +2,9 @@
 // conv3x3-BN-ReLU-maxpool stages, then 3136-128-10) trained on the real
 // Fashion-MNIST at each opt level, with test accuracy, speed and memory by
 // category side by side, the parameter table with its storage types, and a JSON
-// summary and a per-step CSV that scripts/plot.py draws.
+// summary and a per-step CSV that scripts/plot.py draws. Checkpoints at each
+// epoch end (--save), exact resume (--resume), and weights to and from PyTorch
+// as safetensors (--export, --import).
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +18,8 @@
 #include <amp/amp.hpp>
 #include <amp/data/idx.hpp>
 #include <amp/data/loader.hpp>
+#include <amp/io/checkpoint.hpp>
+#include <amp/io/safetensors.hpp>
 
 #include "common/args.hpp"
 #include "common/json.hpp"
@@ -46,15 +50,19 @@ Mlp<P, B> make_mlp(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed)
 template <amp::Policy P, amp::Backend B>
 Cnn<P, B> make_cnn(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed) {
   using amp::activation;
+  constexpr auto torch_init = amp::nn::initializer::torch_default;  // the PyTorch recipe starts as PyTorch does
   return Cnn<P, B>(ctx, {.max_batch = batch, .seed = seed, .inputs = {{amp::Shape{28, 28, 1}}}},
-                   {.in_channels = 1, .out_channels = 32, .kernel = 3, .padding = 1}, {.features = 32}, {}, {.kernel = 2},
-                   {.in_channels = 32, .out_channels = 64, .kernel = 3, .padding = 1}, {.features = 64}, {}, {.kernel = 2},
-                   {}, {.in_features = 3136, .out_features = 128, .act = activation::relu},
-                   {.in_features = 128, .out_features = kClasses});
+                   {.in_channels = 1, .out_channels = 32, .kernel = 3, .padding = 1, .init = torch_init}, {.features = 32},
+                   {}, {.kernel = 2},
+                   {.in_channels = 32, .out_channels = 64, .kernel = 3, .padding = 1, .init = torch_init},
+                   {.features = 64}, {}, {.kernel = 2}, {},
+                   {.in_features = 3136, .out_features = 128, .act = activation::relu, .init = torch_init},
+                   {.in_features = 128, .out_features = kClasses, .init = torch_init});
 }
 
 struct Settings {
   std::string model = "mlp", optimizer, data;
+  std::string save, resume, export_to, import_from;  // checkpoint and safetensors paths (empty: none)
   float lr = 0, momentum = 0, mean = 0, stddev = 1;  // the training set's pixel statistics
   std::int64_t batch = 0, train_subset = 0;
   int epochs = 0, threads = 0;
@@ -90,7 +98,69 @@ struct LevelResult {
   float final_scale = 0;
   std::vector<EpochLog> epochs;
   std::vector<StepLog> steps;
+  std::vector<std::int32_t> predictions;  // the test set's, after the last epoch
 };
+
+// What a resumed run must agree on with the run that saved (the level may differ: a policy conversion).
+std::string resume_key(const Settings& s, std::int64_t train_images) {
+  std::ostringstream k;
+  k << "model=" << s.model << " optimizer=" << s.optimizer << " lr=" << s.lr << " momentum=" << s.momentum
+    << " batch=" << s.batch << " seed=" << s.seed << " train_images=" << train_images;
+  return k.str();
+}
+
+// The run's own part of a checkpoint: where it stands and what it has logged.
+template <class Loader>
+amp::io::Archive run_state(const Settings& s, const LevelResult& r, const Loader& loader) {
+  using amp::io::dtype;
+  amp::io::Archive a;
+  a.put_text("settings", resume_key(s, loader.size()));
+  a.put_int64("epoch", std::vector<std::int64_t>{r.epochs.back().epoch, r.skipped});
+  const auto state = loader.state();
+  a.put_int64("loader.order", state.order);
+  a.put_text("loader.rng", state.rng);
+  std::vector<double> epochs;
+  for (const auto& e : r.epochs)
+    epochs.insert(epochs.end(), {double(e.epoch), e.seconds, e.train_loss, e.test_accuracy, double(e.skipped),
+                                 double(e.skipped_total), double(e.scale)});
+  a.put("log.epochs", dtype::fp64, {epochs.size()}, epochs.data(), epochs.size());
+  std::vector<float> loss, scale;
+  std::vector<std::int64_t> step_epoch, skipped;
+  for (const auto& l : r.steps) loss.push_back(l.loss), scale.push_back(l.scale), step_epoch.push_back(l.epoch),
+                                skipped.push_back(l.skipped);
+  a.put("log.loss", dtype::fp32, {loss.size()}, loss.data(), loss.size());
+  a.put("log.scale", dtype::fp32, {scale.size()}, scale.data(), scale.size());
+  a.put_int64("log.epoch", step_epoch);
+  a.put_int64("log.skipped", skipped);
+  return a;
+}
+
+// Restores run_state() into the logs and the loader's order and generator; returns the last finished epoch.
+int restore_run(const Settings& s, const amp::io::Archive& a, LevelResult& r, std::int64_t train_images,
+                std::vector<std::int64_t>& order, std::string& rng) {
+  const auto need = [&](const char* name) -> const amp::io::Record* {
+    const amp::io::Record* rec = a.find(name);
+    AMP_REQUIRE(rec, "--resume '", s.resume, "' is not a fashion_mnist checkpoint (no ", name, ")");
+    return rec;
+  };
+  const std::string saved = need("settings")->text(), now = resume_key(s, train_images);
+  AMP_REQUIRE(saved == now, "--resume '", s.resume, "' was saved with ", saved, "; this run has ", now);
+  const auto epoch = need("epoch")->values<std::int64_t>();
+  order = need("loader.order")->values<std::int64_t>();
+  rng = need("loader.rng")->text();
+  const auto epochs = need("log.epochs")->values<double>();
+  const auto loss = need("log.loss")->values<float>(), scale = need("log.scale")->values<float>();
+  const auto step_epoch = need("log.epoch")->values<std::int64_t>(), skipped = need("log.skipped")->values<std::int64_t>();
+  AMP_REQUIRE(epoch.size() == 2 && epochs.size() == 7 * static_cast<std::size_t>(epoch[0]) && scale.size() == loss.size() &&
+                  step_epoch.size() == loss.size() && skipped.size() == loss.size(),
+              "--resume '", s.resume, "': its logs do not fit together");
+  for (std::size_t i = 0; i < epochs.size(); i += 7)
+    r.epochs.push_back({int(epochs[i]), epochs[i + 1], epochs[i + 2], epochs[i + 3], (long long)epochs[i + 4],
+                        (long long)epochs[i + 5], float(epochs[i + 6])});
+  for (std::size_t i = 0; i < loss.size(); ++i) r.steps.push_back({int(step_epoch[i]), loss[i], scale[i], int(skipped[i])});
+  r.skipped = epoch[1];
+  return static_cast<int>(epoch[0]);
+}
 
 // Per-step record kept on the device, downloaded once per epoch.
 struct StepRecord {
@@ -106,9 +176,10 @@ struct RecordStepOp {
 
 // Test accuracy: argmax of the logits, on the host, in evaluation mode.
 template <class Model, amp::Backend B, class Loader>
-double accuracy(amp::Context<B>& ctx, Model& model, Loader& test_data) {
+double accuracy(amp::Context<B>& ctx, Model& model, Loader& test_data, std::vector<std::int32_t>* predictions = nullptr) {
   model.eval();
   std::int64_t correct = 0;
+  if (predictions) predictions->clear();
   for (std::int64_t b = 0; b < test_data.batches(); ++b) {
     const auto batch = test_data.batch(b);
     const auto out = model.forward(ctx, batch.x);
@@ -119,6 +190,7 @@ double accuracy(amp::Context<B>& ctx, Model& model, Loader& test_data) {
       for (std::int64_t c = 1; c < kClasses; ++c)
         if (amp::cast<float>(logits[row * kClasses + c]) > amp::cast<float>(logits[row * kClasses + best])) best = c;
       correct += best == labels[static_cast<std::size_t>(row)];
+      if (predictions) predictions->push_back(static_cast<std::int32_t>(best));
     }
   }
   model.train();
@@ -173,9 +245,19 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
   LevelResult r;
   r.level = std::string(amp::policy_name<P>());
   r.parameters = parameter_rows(model.parameters());
+  if (!s.import_from.empty()) amp::io::import_safetensors(s.import_from, model.parameters());
+  int done = 0;  // epochs finished before this run (--resume)
+  if (!s.resume.empty()) {
+    std::vector<std::int64_t> order;
+    std::string rng;
+    done = restore_run(s, amp::io::load(s.resume, model, opt), r, train_data.size(), order, rng);
+    train_data.set_state({order, rng});
+    AMP_REQUIRE(done < s.epochs, "--resume '", s.resume, "' has finished ", done, " epochs already; ask for more with --epochs");
+    std::printf("  %-7s resumed from %s after epoch %d\n", r.level.c_str(), s.resume.c_str(), done);
+  }
   std::vector<double> epoch_times;
   std::size_t allocations_after_first_step = 0;
-  for (int epoch = 1; epoch <= s.epochs; ++epoch) {
+  for (int epoch = done + 1; epoch <= s.epochs; ++epoch) {
     ctx.synchronize();
     const auto start = Clock::now();
     train_data.start_epoch();
@@ -190,7 +272,7 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
       }
       opt.step();
       amp::for_each(ctx, 1, RecordStepOp{records.data() + b, loss.value_ptr(), opt.scaler().state_ptr()});
-      if (epoch == 1 && b == 0) allocations_after_first_step = ctx.memory().allocations();
+      if (epoch == done + 1 && b == 0) allocations_after_first_step = ctx.memory().allocations();
       if (s.tty && (b % 25 == 0 || b + 1 == train_data.batches())) {
         const StepRecord rec = amp::download_one(ctx, static_cast<const StepRecord*>(records.data() + b));
         progress(s, r.level, epoch, b, train_data.batches(),
@@ -207,15 +289,18 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
       r.steps.push_back({epoch, recs[i].loss, recs[i].scale, static_cast<int>(recs[i].skipped - before)});
       loss_sum += recs[i].loss;
     }
-    const EpochLog e{epoch, secs, loss_sum / static_cast<double>(recs.size()), accuracy(ctx, model, test_data),
-                     recs.back().skipped - r.skipped, recs.back().skipped, recs.back().scale};
+    const EpochLog e{epoch, secs, loss_sum / static_cast<double>(recs.size()),
+                     accuracy(ctx, model, test_data, &r.predictions), recs.back().skipped - r.skipped,
+                     recs.back().skipped, recs.back().scale};
     r.epochs.push_back(e);
     r.skipped = e.skipped_total;
     std::printf("%s  %-7s %2d/%-2d %6.2f s %7.0f/s loss %.4f acc %.4f skipped %lld (total %lld)%s\n",
                 s.tty ? "\r" : "", r.level.c_str(), epoch, s.epochs, secs, train_data.size() / secs, e.train_loss,
                 e.test_accuracy, e.skipped, e.skipped_total, s.tty ? "   " : "");
     std::fflush(stdout);
+    if (!s.save.empty()) amp::io::save(s.save, model, opt, run_state(s, r, train_data));
   }
+  if (!s.export_to.empty()) amp::io::export_safetensors(s.export_to, model.parameters());
   r.allocations_in_loop = static_cast<long long>(ctx.memory().allocations() - allocations_after_first_step);
   r.accuracy = r.epochs.back().test_accuracy;
   std::sort(epoch_times.begin(), epoch_times.end());
@@ -315,7 +400,8 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
   j.field("momentum", s.optimizer == "sgd" ? s.momentum : 0.0f).field("batch_size", static_cast<long long>(s.batch));
   j.field("epochs", s.epochs).field("seed", static_cast<unsigned long long>(s.seed)).field("data", s.data);
   j.field("train_subset", static_cast<long long>(s.train_subset)).field("train_images", static_cast<long long>(train_images));
-  j.field("threads", s.threads).end();
+  j.field("threads", s.threads).field("input_mean", s.mean).field("input_std", s.stddev);
+  j.field("resumed_from", s.resume).field("imported", s.import_from).end();
   j.key("levels").array();
   for (const auto& r : results) {
     j.object().field("opt_level", r.level).field("test_accuracy", r.accuracy).field("epoch_seconds", r.epoch_seconds);
@@ -341,6 +427,20 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
   return j.str() + "\n";
 }
 
+// index,<level>,...: each finished level's predicted class for each test image.
+std::string to_predictions(const std::vector<LevelResult>& results) {
+  std::ostringstream c;
+  c << "index";
+  for (const auto& r : results) c << "," << r.level;
+  c << "\n";
+  for (std::size_t i = 0; !results.empty() && i < results.front().predictions.size(); ++i) {
+    c << i;
+    for (const auto& r : results) c << "," << r.predictions[i];
+    c << "\n";
+  }
+  return c.str();
+}
+
 std::string to_csv(const std::vector<LevelResult>& results) {
   std::ostringstream c;
   c.precision(9);
@@ -360,7 +460,7 @@ int main(int argc, char** argv) try {
                       "An MLP or a CNN on Fashion-MNIST at each opt level: accuracy, speed and memory side by side.");
   args.flag("data", "/usr/share/datasets/fashion-mnist", "folder with the IDX files (gzip or raw; MNIST works too)", "DIR")
       .flag("model", "mlp", "mlp (784-256-128-10) or cnn (2 x conv3x3-BN-ReLU-maxpool, 3136-128-10)", "NAME")
-      .flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16|all", "LEVEL")
+      .flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16, a comma-separated list, or all", "LEVEL")
       .flag("device", "auto", "auto|cpu|cuda (auto: the GPU when one is present)", "DEVICE")
       .flag("threads", "0", "CPU threads (0: the idle cores; see README)", "N")
       .flag("optimizer", "sgd", "sgd|adam|adamw", "NAME")
@@ -372,6 +472,11 @@ int main(int argc, char** argv) try {
       .flag("train-subset", "0", "train on the first N images only (0: all 60000)", "N")
       .flag("json", "", "write the summary (settings, per level and per epoch) as JSON to FILE", "FILE")
       .flag("csv", "", "write every step (level, epoch, step, loss, loss scale, skipped) to FILE", "FILE")
+      .flag("predictions", "", "write the test set's predicted classes after training as CSV to FILE", "FILE")
+      .flag("save", "", "save a checkpoint to FILE at each epoch end (one --opt-level)", "FILE")
+      .flag("resume", "", "resume from a --save checkpoint and train on to --epochs", "FILE")
+      .flag("export", "", "write the trained weights as safetensors (PyTorch's names) to FILE", "FILE")
+      .flag("import", "", "start from the weights in a safetensors FILE (e.g. from PyTorch)", "FILE")
       .flag("summary", "no", "yes: print each level's parameters with their storage types", "yes|no");
   if (!args.parse(argc, argv)) return 0;
   Settings s;
@@ -392,10 +497,21 @@ int main(int argc, char** argv) try {
   s.data = args.str("data");
   s.tty = isatty(fileno(stdout)) != 0;
   const auto levels = examples::parse_levels(args.str("opt-level"));
+  s.save = args.str("save"), s.resume = args.str("resume"), s.export_to = args.str("export");
+  s.import_from = args.str("import");
+  for (const char* flag : {"save", "resume", "export", "import"})
+    AMP_REQUIRE(args.str(flag).empty() || levels.size() == 1, "--", flag, " needs a single --opt-level, not '",
+                args.str("opt-level"), "'");
+  AMP_REQUIRE(s.resume.empty() || s.import_from.empty(), "--resume and --import both set the weights: choose one");
+  for (const auto& [flag, path] : {std::pair{"--resume", s.resume}, std::pair{"--import", s.import_from}})
+    AMP_REQUIRE(path.empty() || std::ifstream(path).good(), flag, " '", path, "' cannot be read");
+  for (const auto& [flag, path] : {std::pair{"--save", s.save}, std::pair{"--export", s.export_to}})
+    if (!path.empty()) amp::io::check_writable(path, flag);
   const bool gpu = examples::use_gpu(args.str("device"));
   examples::Outputs outputs;  // refused now, not after hours of training
   outputs.add("--json", args.str("json"));
   outputs.add("--csv", args.str("csv"));
+  outputs.add("--predictions", args.str("predictions"));
 
   const auto train_set = first(amp::data::read_idx_pair(data_file(s.data, "train-images-idx3-ubyte"),
                                                         data_file(s.data, "train-labels-idx1-ubyte"), kClasses),
@@ -415,7 +531,10 @@ int main(int argc, char** argv) try {
               static_cast<long long>(train_set.count), static_cast<long long>(test_set.count), s.optimizer.c_str(),
               s.lr, static_cast<long long>(s.batch), s.epochs);
   auto write_outputs = [&](bool complete) {
-    outputs.write([&](const std::string& flag) { return flag == "--json" ? to_json(s, device, details, train_set.count, results, complete) : to_csv(results); },
+    outputs.write([&](const std::string& flag) {
+                    if (flag == "--json") return to_json(s, device, details, train_set.count, results, complete);
+                    return flag == "--csv" ? to_csv(results) : to_predictions(results);
+                  },
                   /*quiet=*/!complete);
   };
   for (const auto& level : levels) {

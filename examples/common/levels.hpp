@@ -22,11 +22,19 @@ void with_policy(const std::string& level, Fn&& fn) {
   else amp::fail("unknown --opt-level '", level, "' (expected O0|O1|O2|O3|O1-bf16|O2-bf16|all)");
 }
 
+// "all", one level, or a comma-separated list ("O0,O2-bf16").
 inline std::vector<std::string> parse_levels(const std::string& arg) {
   if (arg == "all") return all_levels;
-  for (const auto& level : all_levels)
-    if (level == arg) return {arg};
-  amp::fail("unknown --opt-level '", arg, "' (expected O0|O1|O2|O3|O1-bf16|O2-bf16|all)");
+  std::vector<std::string> levels;
+  for (std::size_t start = 0; start <= arg.size();) {
+    const std::size_t comma = std::min(arg.find(',', start), arg.size());
+    const std::string level = arg.substr(start, comma - start);
+    AMP_REQUIRE(std::find(all_levels.begin(), all_levels.end(), level) != all_levels.end(), "unknown --opt-level '",
+                level, "' (expected O0|O1|O2|O3|O1-bf16|O2-bf16, a comma-separated list of them, or all)");
+    levels.push_back(level);
+    start = comma + 1;
+  }
+  return levels;
 }
 
 // "auto": the GPU when one is usable, else the CPU.

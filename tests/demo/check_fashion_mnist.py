@@ -61,6 +61,31 @@ with tempfile.TemporaryDirectory() as tmp:
     assert summary["settings"]["epochs"] == 1 and summary["settings"]["train_subset"] == 600, summary["settings"]
     assert all(len(line) <= 80 for line in r.stdout.splitlines()), "output wider than 80 columns"
 
+    # Checkpoints: 3 epochs straight = 1 epoch, save, resume in a fresh process to 3 (the same results, bit for bit).
+    ck = os.path.join(tmp, "run.ckpt")
+    runs = {}
+    for name, args in (("straight", ["--epochs", "3"]), ("first", ["--epochs", "1", "--save", ck]),
+                       ("resumed", ["--epochs", "3", "--resume", ck])):
+        paths = [os.path.join(tmp, f"{name}.{ext}") for ext in ("json", "csv", "pred")]
+        r = run("--data", data, "--device", "cpu", "--train-subset", "2000", "--opt-level", "O2", *args,
+                "--json", paths[0], "--csv", paths[1], "--predictions", paths[2])
+        assert r.returncode == 0, r.stderr
+        with open(paths[0]) as f:
+            level = json.load(f)["levels"][0]
+        runs[name] = ([{k: e[k] for k in ("epoch", "train_loss", "test_accuracy", "skipped_steps", "loss_scale")}
+                       for e in level["epochs"]], level["skipped_steps"], level["final_loss_scale"],
+                      *(open(p).read() for p in paths[1:]))
+    assert "resumed from" in r.stdout, r.stdout
+    assert runs["resumed"] == runs["straight"], (runs["resumed"][:3], runs["straight"][:3])
+    for args, message in ((["--opt-level", "all", "--save", ck], "--save needs a single --opt-level, not 'all'"),
+                          (["--resume", ck + ".none"], "--resume '" + ck + ".none' cannot be read"),
+                          (["--resume", ck, "--epochs", "1"], "has finished 1 epochs already"),
+                          (["--resume", ck, "--batch-size", "64"], "was saved with model=mlp optimizer=sgd"),
+                          (["--resume", json_path], "is not an amp checkpoint (bad magic number)"),
+                          (["--import", ck], "claims a header of")):
+        r = run("--data", data, "--device", "cpu", "--train-subset", "2000", "--opt-level", "O2", *args)
+        assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
+
     # SIGINT during a multi-level run: the finished levels are kept, marked incomplete; exit by the signal.
     os.remove(json_path)
     proc = subprocess.Popen([binary, "--data", data, "--device", "cpu", "--epochs", "2", "--train-subset", "3000",

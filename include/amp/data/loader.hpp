@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <numeric>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "amp/backend/buffer.hpp"
@@ -90,6 +92,33 @@ class Loader {
     upload(*ctx_, y_.span(), host_y_.data(), static_cast<std::size_t>(rows));
     const Shape shape = opt_.layout == Layout::image ? Shape{rows, set_->rows, set_->cols, 1} : Shape{rows, features_};
     return {TensorView<const T>(x_.data(), shape), Span<const std::int32_t>(y_.data(), static_cast<std::size_t>(rows))};
+  }
+
+  // Where the loader stands between epochs: its order and random generator
+  // (what a checkpoint keeps, so a resumed run sees the same batches).
+  struct State {
+    std::vector<std::int64_t> order;
+    std::string rng;
+  };
+  State state() const {
+    std::ostringstream rng;
+    rng << gen_;
+    return {order_, rng.str()};
+  }
+  void set_state(const State& s) {
+    AMP_REQUIRE(s.order.size() == order_.size(), "Loader::set_state: an order of ", s.order.size(), " samples for a set of ",
+                order_.size());
+    std::vector<bool> seen(order_.size(), false);
+    for (const auto i : s.order) {
+      AMP_REQUIRE(i >= 0 && static_cast<std::size_t>(i) < seen.size() && !seen[static_cast<std::size_t>(i)],
+                  "Loader::set_state: the order is not a permutation");
+      seen[static_cast<std::size_t>(i)] = true;
+    }
+    std::istringstream rng(s.rng);
+    std::mt19937_64 gen;
+    AMP_REQUIRE(static_cast<bool>(rng >> gen), "Loader::set_state: unreadable random generator state");
+    order_ = s.order;
+    gen_ = gen;
   }
 
   // Host labels of the current batch order (for accuracy on the host).

@@ -180,6 +180,10 @@ class Graph {
   // every backend for the same seed, forward and op.
   std::uint64_t random_stream() { return detail::mix64(seed_ ^ detail::mix64(forward_count_ * 1024 + stream_++)); }
 
+  // Forwards run so far: with the seed, what the random streams (dropout) depend on.
+  std::uint64_t forward_count() const { return forward_count_; }
+  void set_forward_count(std::uint64_t n) { forward_count_ = n; }
+
   // Starts a forward: the previous forward's tape, gradients and memory are dropped.
   void begin_forward() {
     tape_.clear();

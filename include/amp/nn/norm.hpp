@@ -63,11 +63,13 @@ struct BatchStatsOp {
   float* inv_std;
   float* running_mean;  // nullptr: leave them (planning, evaluation)
   float* running_var;
+  float* batches;       // PyTorch's num_batches_tracked
   float rows, eps, momentum;
   AMP_HOST_DEVICE void operator()(std::size_t c) const {
     const float var = var_sum[c] / rows;
     inv_std[c] = 1.0f / sqrtf(var + eps);
     if (running_mean) {
+      if (c == 0) *batches += 1.0f;
       running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mean[c];
       const float unbiased = rows > 1.0f ? var * rows / (rows - 1.0f) : var;
       running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
@@ -235,6 +237,7 @@ class BatchNorm {
     }
     s_.running_mean = b.template param<role::buffer>("running_mean", {cfg.features}, Init::constant(0.0f), false);
     s_.running_var = b.template param<role::buffer>("running_var", {cfg.features}, Init::constant(1.0f), false);
+    s_.batches = b.template param<role::buffer>("num_batches_tracked", Shape{}, Init::constant(0.0f), false);
   }
 
   Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
@@ -254,7 +257,7 @@ class BatchNorm {
     float eps = 1e-5f, momentum = 0.1f;
     bool affine = true;
     Param<role::norm> weight, bias;
-    Param<role::buffer> running_mean, running_var;
+    Param<role::buffer> running_mean, running_var, batches;
   };
 
   static Var<T> forward(Graph<P, B>& g, const Spec& s, Var<T> x) {
@@ -273,7 +276,8 @@ class BatchNorm {
       const bool update = !g.planning();
       for_each(ctx, channels,
                detail::BatchStatsOp{mean, var_sum, inv_std, update ? params.values(s.running_mean).data : nullptr,
-                                    update ? params.values(s.running_var).data : nullptr, static_cast<float>(rows),
+                                    update ? params.values(s.running_var).data : nullptr,
+                                    params.values(s.batches).data, static_cast<float>(rows),
                                     s.eps, s.momentum});
     } else {
       for_each(ctx, channels, detail::RunningStatsOp{params.values(s.running_mean).data,

@@ -20,6 +20,7 @@ struct AdamOptions {
 template <bool Decoupled>
 struct AdamRule {
   static constexpr int state_buffers = 2;  // first and second moments
+  static constexpr const char* name = Decoupled ? "AdamW" : "Adam";
   float beta1, beta2, eps;
 
   AMP_HOST_DEVICE float beta1_or_one() const { return beta1; }

@@ -187,6 +187,7 @@ class FusedOptimizer : public Scalable<B> {
   using policy = P;
   using Store = nn::ParameterStore<P, B>;
   static constexpr int state_buffers = Rule::state_buffers;
+  static constexpr const char* rule_name = Rule::name;
 
   using Scaler = default_scaler_t<P, B>;
 

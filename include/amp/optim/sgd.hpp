@@ -18,6 +18,7 @@ struct SGDOptions {
 
 struct SGDRule {
   static constexpr int state_buffers = 1;  // momentum
+  static constexpr const char* name = "SGD";
   float momentum, dampening;
   bool nesterov;
 

@@ -1,0 +1,246 @@
+#pragma once
+// Checkpoints: everything a resume needs, in one archive (archive.hpp), written
+// atomically (a temporary file, fsync, rename: a writer killed half way leaves
+// the previous checkpoint as it was).
+//
+//   amp.meta            text: format, amp version, policy, optimizer, scaling mode, parameter table
+//   param.<name>        stored values, in the stored type
+//   master.<name>       fp32 master copy, where the policy keeps one
+//   buffer.<name>       fp32 buffers (BatchNorm's running statistics)
+//   optim.<k>.<name>    fp32 optimizer state k (momentum; Adam's moments)
+//   optim.step          int64 [applied steps, steps as the schedule counts them]
+//   optim.pows          fp32 [beta1^t, beta2^t]
+//   scaler.scale        fp32 [scale]
+//   scaler.counters     int64 [growth tracker, hysteresis left, consecutive skips, steps, skipped]
+//   model.forwards      int64 [forwards run]: with the seed, the dropout masks' stream
+//   extra.<key>         whatever the caller adds (a data loader's order, epoch logs)
+//
+// load() reads and checks the whole file, and that it fits the model (names,
+// shapes, optimizer), before it changes anything. Into the same policy it
+// restores every bit; into another, each parameter's fp32 value (the master
+// where there was one) is set and rounded once: O0 -> O2 gives masters equal to
+// the fp32 values and fp16 copies of them, O2 -> O0 takes the masters.
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "amp/core/traits.hpp"
+#include "amp/io/archive.hpp"
+#include "amp/io/file.hpp"
+#include "amp/nn/module.hpp"
+#include "amp/scaling/loss_scaler.hpp"
+#include "amp/version.hpp"
+
+namespace amp::io {
+
+namespace detail {
+template <class T>
+constexpr dtype dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return dtype::fp32;
+  else if constexpr (std::is_same_v<T, half>) return dtype::fp16;
+  else return dtype::bf16;
+}
+
+inline std::string shape_text(const Shape& s) { return s.str(); }
+
+template <Policy P, Backend B>
+std::string parameter_table(const nn::ParameterStore<P, B>& store) {
+  std::ostringstream t;
+  for (const auto& p : store.table()) t << p.name << " " << p.shape.str() << " " << nn::role_name(p.kind) << "\n";
+  return t.str();
+}
+
+// One role's values of one parameter, with its master copy: raw bytes from backend memory.
+template <class Group, class Store>
+void put_group_tensor(Archive& a, const Store& store, const Group& g, const nn::ParamInfo& p) {
+  using S = typename Group::stored_type;
+  std::vector<std::uint64_t> shape;
+  for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(static_cast<std::uint64_t>(p.shape[i]));
+  const auto values = download(store.context(), Span<const S>(g.values().subspan(p.offset, p.count)));
+  a.put("param." + p.name, dtype_of<S>(), shape, values.data(), values.size());
+  if constexpr (Group::has_master) {
+    const auto master = download(store.context(), Span<const float>(g.master().subspan(p.offset, p.count)));
+    a.put("master." + p.name, dtype::fp32, shape, master.data(), master.size());
+  }
+}
+
+inline std::vector<std::uint64_t> dims_of(const Shape& s) {
+  std::vector<std::uint64_t> d;
+  for (int i = 0; i < s.rank(); ++i) d.push_back(static_cast<std::uint64_t>(s[i]));
+  return d;
+}
+
+// The fp32 values a record holds (fp16/bf16 widened exactly).
+inline std::vector<float> as_fp32(const Record& r) {
+  std::vector<float> out(static_cast<std::size_t>(r.numel()));
+  if (r.type == dtype::fp32) {
+    std::memcpy(out.data(), r.payload.data(), r.payload.size());
+  } else {
+    const auto raw = r.values<std::uint16_t>();
+    for (std::size_t i = 0; i < out.size(); ++i)
+      out[i] = r.type == dtype::fp16 ? cast<float>(amp::detail::half_from_bits(raw[i]))
+                                     : cast<float>(amp::detail::bfloat16_from_bits(raw[i]));
+  }
+  return out;
+}
+
+// Which of the optimizer's stores is this model's (an optimizer may train several models).
+template <class Optimizer, class Store>
+std::size_t store_index(const Optimizer& opt, const Store& store) {
+  const auto& stores = opt.stores();
+  const auto it = std::find(stores.begin(), stores.end(), &store);
+  AMP_REQUIRE(it != stores.end(), "checkpoint: the optimizer does not train this model's parameters");
+  return static_cast<std::size_t>(it - stores.begin());
+}
+
+inline std::string meta_value(const std::string& meta, const std::string& key) {
+  std::istringstream in(meta);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
+  return {};
+}
+}  // namespace detail
+
+// Writes model, optimizer (with its scaler) and the caller's extras to `path`, atomically.
+template <class Model, class Optimizer>
+void save(const std::string& path, Model& model, Optimizer& opt, const Archive& extra = {}) {
+  using P = typename Model::policy;
+  auto& store = model.parameters();
+  const std::size_t slot = detail::store_index(opt, store);
+  Archive a;
+  std::ostringstream meta;
+  meta << "format=" << Archive::version << "\namp_version=" << AMP_VERSION_STRING << "\npolicy=" << policy_name<P>()
+       << "\noptimizer=" << Optimizer::rule_name << "\nscaling=" << static_cast<int>(P::loss_scaling) << "\nparameters=\n"
+       << detail::parameter_table(store);
+  a.put_text("amp.meta", meta.str());
+  for (const auto& p : store.table()) {
+    if (p.kind == nn::role::weight) {
+      detail::put_group_tensor(a, store, store.template group<nn::role::weight>(), p);
+    } else if (p.kind == nn::role::norm) {
+      detail::put_group_tensor(a, store, store.template group<nn::role::norm>(), p);
+    } else {
+      const auto v = store.get_values(static_cast<int>(&p - store.table().data()));
+      a.put("buffer." + p.name, dtype::fp32, detail::dims_of(p.shape), v.data(), v.size());
+    }
+  }
+  for (int k = 0; k < Optimizer::state_buffers; ++k)
+    for (const auto& p : store.table()) {
+      if (p.kind == nn::role::buffer) continue;
+      const Span<float> s = p.kind == nn::role::weight ? opt.template state_buffer<nn::role::weight>(k, slot)
+                                                       : opt.template state_buffer<nn::role::norm>(k, slot);
+      const auto v = download(store.context(), Span<const float>(s.subspan(p.offset, p.count)));
+      a.put("optim." + std::to_string(k) + "." + p.name, dtype::fp32, detail::dims_of(p.shape), v.data(), v.size());
+    }
+  const auto st = opt.state();
+  a.put_int64("optim.step", std::vector<std::int64_t>{st.t, opt.steps()});
+  const float pows[2] = {st.beta1_pow, st.beta2_pow};
+  a.put("optim.pows", dtype::fp32, {2}, pows, 2);
+  const ScalerState sc = opt.scaler().state();
+  a.put("scaler.scale", dtype::fp32, {1}, &sc.scale, 1);
+  a.put_int64("scaler.counters", std::vector<std::int64_t>{sc.growth_tracker, sc.hysteresis_left, sc.consecutive_skips, sc.steps, sc.skipped});
+  a.put_int64("model.forwards", std::vector<std::int64_t>{static_cast<std::int64_t>(model.graph().forward_count())});
+  for (const auto& [name, r] : extra.records()) a.put("extra." + name, r.type, r.shape, r.payload.data(), r.payload.size());
+  write_file(path, a.serialize());
+}
+
+// Restores what save() wrote; returns the extras. Nothing changes unless the
+// whole file is sound and fits the model and optimizer.
+template <class Model, class Optimizer>
+Archive load(const std::string& path, Model& model, Optimizer& opt) {
+  using P = typename Model::policy;
+  auto& store = model.parameters();
+  auto& ctx = store.context();
+  const std::size_t slot = detail::store_index(opt, store);
+  const Archive a = Archive::read(path);
+  const Record* meta = a.find("amp.meta");
+  AMP_REQUIRE(meta, "checkpoint '", path, "' has no amp.meta record");
+  const std::string m = meta->text();
+  const std::string policy = detail::meta_value(m, "policy"), optimizer = detail::meta_value(m, "optimizer");
+  const bool same_policy = policy == policy_name<P>();
+  AMP_REQUIRE(optimizer == Optimizer::rule_name, "checkpoint '", path, "' holds ", optimizer.empty() ? "no" : optimizer,
+              " optimizer state; this optimizer is ", Optimizer::rule_name);
+
+  // Every tensor the model and optimizer need, with its shape; and no other.
+  std::vector<std::string> expected;
+  auto need = [&](const std::string& name, const Shape& shape) {
+    const Record* r = a.find(name);
+    AMP_REQUIRE(r, "checkpoint '", path, "' has no tensor '", name, "' (the model has it, ", shape.str(), ")");
+    AMP_REQUIRE(r->shape == detail::dims_of(shape) && (r->type == dtype::fp32 || r->type == dtype::fp16 || r->type == dtype::bf16), "checkpoint '",
+                path, "': tensor '", name, "' is ", dtype_name(r->type), " of ", r->shape.size(),
+                " dimensions that do not match the model's ", shape.str());
+    expected.push_back(name);
+    return r;
+  };
+  for (const auto& p : store.table()) {
+    if (p.kind == nn::role::buffer) {
+      need("buffer." + p.name, p.shape);
+      continue;
+    }
+    need("param." + p.name, p.shape);
+    if (a.find("master." + p.name)) need("master." + p.name, p.shape);
+    for (int k = 0; k < Optimizer::state_buffers; ++k) need("optim." + std::to_string(k) + "." + p.name, p.shape);
+  }
+  for (const char* name : {"optim.step", "optim.pows", "scaler.scale", "scaler.counters", "model.forwards", "amp.meta"}) {
+    AMP_REQUIRE(a.find(name), "checkpoint '", path, "' has no '", name, "' record");
+    expected.push_back(name);
+  }
+  for (const auto& [name, r] : a.records()) {
+    if (name.rfind("extra.", 0) == 0) continue;
+    AMP_REQUIRE(std::find(expected.begin(), expected.end(), name) != expected.end(), "checkpoint '", path,
+                "' has tensor '", name, "', which this model does not have (saved from another model?)");
+  }
+  const auto step = a.find("optim.step")->values<std::int64_t>();
+  const auto pows = a.find("optim.pows")->values<float>();
+  const auto counters = a.find("scaler.counters")->values<std::int64_t>();
+  const auto scale = a.find("scaler.scale")->values<float>();
+  const auto forwards = a.find("model.forwards")->values<std::int64_t>();
+  AMP_REQUIRE(step.size() == 2 && pows.size() == 2 && counters.size() == 5 && scale.size() == 1 && forwards.size() == 1,
+              "checkpoint '", path, "': optimizer or scaler state has the wrong length");
+
+  // Sound: apply.
+  for (const auto& p : store.table()) {
+    const int index = static_cast<int>(&p - store.table().data());
+    if (p.kind == nn::role::buffer) {
+      store.set_values(index, detail::as_fp32(*a.find("buffer." + p.name)));
+      continue;
+    }
+    const Record& stored = *a.find("param." + p.name);
+    const Record* master = a.find("master." + p.name);
+    auto exact = [&](auto& group) {
+      using Group = std::remove_reference_t<decltype(group)>;
+      using S = typename Group::stored_type;
+      if (!same_policy || stored.type != detail::dtype_of<S>() || Group::has_master != (master != nullptr)) return false;
+      upload(ctx, group.values().subspan(p.offset, p.count), stored.values<S>());
+      if constexpr (Group::has_master) upload(ctx, group.master().subspan(p.offset, p.count), master->values<float>());
+      return true;
+    };
+    const bool restored = p.kind == nn::role::weight ? exact(store.template group<nn::role::weight>())
+                                                     : exact(store.template group<nn::role::norm>());
+    if (!restored) store.set_values(index, detail::as_fp32(master ? *master : stored));  // a policy conversion
+    for (int k = 0; k < Optimizer::state_buffers; ++k) {
+      const Span<float> s = p.kind == nn::role::weight ? opt.template state_buffer<nn::role::weight>(k, slot)
+                                                       : opt.template state_buffer<nn::role::norm>(k, slot);
+      upload(ctx, s.subspan(p.offset, p.count), detail::as_fp32(*a.find("optim." + std::to_string(k) + "." + p.name)));
+    }
+  }
+  store.mark_updated();
+  opt.set_state({step[0], pows[0], pows[1]});
+  opt.set_steps(step[1]);
+  if (detail::meta_value(m, "scaling") == std::to_string(static_cast<int>(P::loss_scaling))) {
+    ScalerState sc;
+    sc.scale = scale[0];
+    sc.growth_tracker = static_cast<int>(counters[0]), sc.hysteresis_left = static_cast<int>(counters[1]);
+    sc.consecutive_skips = static_cast<int>(counters[2]), sc.steps = counters[3], sc.skipped = counters[4];
+    opt.scaler().set_state(sc);
+  }  // else: another scaling mode (a policy conversion); the scaler starts afresh
+  model.graph().set_forward_count(static_cast<std::uint64_t>(forwards[0]));
+  Archive extra;
+  for (const auto& [name, r] : a.records())
+    if (name.rfind("extra.", 0) == 0) extra.put(name.substr(6), r.type, r.shape, r.payload.data(), r.payload.size());
+  return extra;
+}
+
+}  // namespace amp::io
