@@ -46,6 +46,9 @@ for name, item in (("train-images-idx3-ubyte", 784), ("train-labels-idx1-ubyte",
     with gzip.open(f"{dst}/{name}.gz", "wb") as f:
         f.write(bytes(head) + raw[header:header + 10000 * item])
 PY
+  # The fortunes text for char_lm (a few MiB of files without an extension).
+  mkdir -p "$carry/data/fortunes"
+  find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' -exec cp {} "$carry/data/fortunes/" \;
   local kib
   kib=$(du -sk "$carry" | cut -f1)
   echo "gpu-check: carry $(( kib / 1024 )) MiB of $budget_mib MiB ($carry)"
@@ -68,7 +71,8 @@ configure() {
   # not asked for, so the build uses the carried files only.
   cmake -S "$AMP_ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
         -DCMAKE_PREFIX_PATH="$carry" -DCMAKE_INCLUDE_PATH="$carry/include" -DCMAKE_LIBRARY_PATH="$carry/lib" \
-        -DCMAKE_DISABLE_FIND_PACKAGE_doctest=ON -DAMP_DATA_DIR="$carry/data" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+        -DCMAKE_DISABLE_FIND_PACKAGE_doctest=ON -DAMP_DATA_DIR="$carry/data" \
+        -DAMP_FORTUNES_DIR="$carry/data/fortunes" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
 }
 
 # Nothing in the build may come from a Debian package the GPU machine lacks.
@@ -114,7 +118,8 @@ if [ "$mode" = "--dry-run" ]; then
   echo "  sanitizer:  compute-sanitizer memcheck on $(ls "$build"/tests/amp_cuda_*_tests | xargs -n1 basename | tr '\n' ' ')"
   echo "              racecheck on amp_cuda_backend_tests (the reductions)"
   echo "  benchmarks: $(ls "$AMP_ROOT"/bench/gpu-*.sh | xargs -n1 basename | tr '\n' ' ')"
-  echo "  PyTorch:    bench/pytorch_fashion_mnist.py on cuda: fp32, fp16 autocast + GradScaler, bf16 autocast"
+  echo "  PyTorch:    bench/pytorch_fashion_mnist.py and bench/pytorch_char_lm.py on cuda: fp32, fp16 autocast +"
+  echo "              GradScaler, bf16 autocast"
   exit 0
 fi
 

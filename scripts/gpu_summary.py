@@ -65,7 +65,12 @@ def main(out, build):
             peer_mode = {"O0": "fp32", "O1": "fp16-amp", "O2": "fp16-amp", "O1-bf16": "bf16-autocast",
                          "O2-bf16": "bf16-autocast"}.get(lv["opt_level"])
             peer = torch.get(peer_mode)
-            versus = f"{peer_mode} {peer['test_accuracy']:.4f}, {peer['epoch_seconds']:.3f} s" if peer else ""
+            versus = ""
+            if peer and "test_accuracy" in peer:
+                versus = f"{peer_mode} {peer['test_accuracy']:.4f}, {peer['epoch_seconds']:.3f} s"
+            elif peer:  # char_lm: validation loss and tokens/s against amp's tokens/s
+                versus = (f"{peer_mode} {peer['val_loss']:.4f}, {peer['tokens_per_second']:.0f} tok/s "
+                          f"(amp {lv['tokens_per_second']:.0f})")
             print(f"  {lv['opt_level']:<9}{metric:>10.4f}{seconds:>11.3f}{memory:>12.2f}"
                   f"{lv.get('skipped_steps', 0):>9}  {versus}")
     print("=" * 78)

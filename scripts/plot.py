@@ -51,6 +51,7 @@ def main(results_path, steps_path, out_png):
     if not results.get("complete", True):
         title += " (interrupted: finished levels only)"
     fig.suptitle(title, fontsize=14)
+    unit = results.get("epoch_name", "epoch")  # char_lm's "epochs" are evaluation intervals
 
     ax = axes[0][0]
     for n in names:
@@ -61,7 +62,7 @@ def main(results_path, steps_path, out_png):
         x = [i / per_epoch for i in range(len(s["loss"]))]
         ax.plot(x, smooth(s["loss"], max(5, per_epoch // 4)), color=colors[n], linestyle=style[n], label=n, lw=1.6)
     ax.set_yscale("log")
-    ax.set_xlabel("epoch")
+    ax.set_xlabel(unit)
     ax.set_title("training loss (smoothed)")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
@@ -72,8 +73,8 @@ def main(results_path, steps_path, out_png):
         ep = lv["epochs"]
         ax.plot([e["epoch"] for e in ep], [e[metric] for e in ep], color=colors[n], linestyle=style[n], marker="o",
                 ms=4, label=n, lw=1.6)
-    ax.set_xlabel("epoch")
-    ax.set_title(metric.replace("_", " ") + " per epoch")
+    ax.set_xlabel(unit)
+    ax.set_title(metric.replace("_", " ") + " per " + unit)
     ax.grid(True, alpha=0.3)
     ax.legend()
 
@@ -85,7 +86,7 @@ def main(results_path, steps_path, out_png):
             ax.step([i / per_epoch for i in range(len(s["scale"]))], s["scale"], where="post", color=colors[n],
                     linestyle=style[n], label=n, lw=1.6)
     ax.set_yscale("log", base=2)
-    ax.set_xlabel("epoch")
+    ax.set_xlabel(unit)
     ax.set_title("loss scale")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
@@ -94,7 +95,7 @@ def main(results_path, steps_path, out_png):
     times = [lv["epoch_seconds"] for lv in levels]
     bars = ax.bar(names, times, color=[colors[n] for n in names])
     ax.bar_label(bars, fmt="%.2f s")
-    ax.set_title("median epoch time [s]")
+    ax.set_title(f"median {unit} time [s]")
     ax.grid(True, axis="y", alpha=0.3)
 
     ax = axes[1][1]
@@ -112,7 +113,8 @@ def main(results_path, steps_path, out_png):
     final = "test_accuracy" if "test_accuracy" in levels[0] else "val_loss"
     rows = [[n, f"{lv[final]:.4f}", f"{lv['epoch_seconds']:.3f}", f"{lv['skipped_steps']}",
              f"{lv['final_loss_scale']:g}"] for n, lv in zip(names, levels)]
-    table = ax.table(cellText=rows, colLabels=["level", final.replace("_", " "), "epoch [s]", "skipped", "scale"],
+    table = ax.table(cellText=rows, colLabels=["level", final.replace("_", " "), f"{unit.split()[-1]} [s]", "skipped",
+                                               "scale"],
                      loc="center")
     table.auto_set_font_size(False)
     table.set_fontsize(11)

@@ -24,6 +24,7 @@
 #include "common/args.hpp"
 #include "common/json.hpp"
 #include "common/levels.hpp"
+#include "common/record.hpp"
 #include "common/run.hpp"
 
 namespace {
@@ -162,17 +163,7 @@ int restore_run(const Settings& s, const amp::io::Archive& a, LevelResult& r, st
   return static_cast<int>(epoch[0]);
 }
 
-// Per-step record kept on the device, downloaded once per epoch.
-struct StepRecord {
-  float loss, scale;
-  long long skipped;
-};
-struct RecordStepOp {
-  StepRecord* out;
-  const amp::nn::LossValue* loss;
-  const amp::ScalerState* scaler;
-  AMP_HOST_DEVICE void operator()(std::size_t) const { *out = {loss->value, scaler->scale, scaler->skipped}; }
-};
+using examples::StepRecord;
 
 // Test accuracy: argmax of the logits, on the host, in evaluation mode.
 template <class Model, amp::Backend B, class Loader>
@@ -271,7 +262,7 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
         scaled.backward();
       }
       opt.step();
-      amp::for_each(ctx, 1, RecordStepOp{records.data() + b, loss.value_ptr(), opt.scaler().state_ptr()});
+      examples::record_step(ctx, records, b, loss, opt);
       if (epoch == done + 1 && b == 0) allocations_after_first_step = ctx.memory().allocations();
       if (s.tty && (b % 25 == 0 || b + 1 == train_data.batches())) {
         const StepRecord rec = amp::download_one(ctx, static_cast<const StepRecord*>(records.data() + b));

@@ -9,7 +9,9 @@
 #include "amp/backend/cuda.cuh"
 #endif
 #include "amp/nn/activation.hpp"
+#include "amp/nn/attention.hpp"
 #include "amp/nn/conv.hpp"
+#include "amp/nn/embedding.hpp"
 #include "amp/nn/linear.hpp"
 #include "amp/nn/loss.hpp"
 #include "amp/nn/module.hpp"
@@ -17,6 +19,7 @@
 #include "amp/nn/pool.hpp"
 #include "amp/nn/sequential.hpp"
 #include "amp/nn/shape_ops.hpp"
+#include "amp/nn/transformer.hpp"
 #include "amp/optim/adam.hpp"
 #include "amp/optim/schedule.hpp"
 #include "amp/optim/sgd.hpp"

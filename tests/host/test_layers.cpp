@@ -78,19 +78,20 @@ std::vector<float> exact_inputs(std::size_t n, std::uint32_t seed) {
 
 // Builds Model<P, host, Net>, runs forward, the loss and backward, then checks
 // the loss value against ref(params) and each gradient against FD of ref.
-template <Policy P, template <class, class> class Net, class AmpLoss, class RefLoss>
-void check_net(const char* what, nn::ModelOptions options, const std::vector<float>& x, Shape x_shape, AmpLoss amp_loss,
+template <Policy P, template <class, class> class Net, class X, class AmpLoss, class RefLoss>
+void check_net(const char* what, nn::ModelOptions options, const std::vector<X>& x, Shape x_shape, AmpLoss amp_loss,
                RefLoss ref) {
   CAPTURE(what);
   CAPTURE(policy_name<P>());
   Context<host> ctx;
   nn::Model<P, host, Net<P, host>> model(ctx, options);
-  auto out = model.forward(ctx, TensorView<const float>(x.data(), x_shape));
+  auto out = model.forward(ctx, TensorView<const X>(x.data(), x_shape));
   auto loss = amp_loss(ctx, out);
   model.parameters().zero_grad();
   loss.backward();
   const Params p = consumed_values(model.parameters());
-  const Vec xd = to_double(x);
+  Vec xd(x.begin(), x.end());  // token ids as they are
+  if constexpr (!std::is_same_v<X, std::int32_t>) xd = to_double(x);
   auto f = [&](const Params& q) { return ref(q, xd); };
   const double ref_loss = f(p);
   const double tol = gradient_tolerance<P>();
@@ -263,6 +264,71 @@ struct TwoHeads {
   }
 };
 
+// Transformers over [N, T, features]: attention alone, a whole pre-LN block, and a
+// tiny GPT (token and position embeddings, a block, the tied output projection).
+constexpr std::int64_t T = 5;
+
+template <class P, class B>
+struct AttentionNet {
+  using Tv = typename P::activation_type;
+  nn::Linear<P, B> in, out;
+  nn::CausalSelfAttention<P, B> attn;
+  explicit AttentionNet(nn::Builder<P, B> b)
+      : in(b.child("in"), {.in_features = 4, .out_features = 8}), out(b.child("out"), {.in_features = 8, .out_features = 3}),
+        attn(b.child("attn"), {.features = 8, .heads = 2}) {}
+  std::vector<nn::Input> default_inputs() const { return {{Shape{T, 4}}}; }
+  Var<Tv> forward(nn::Graph<P, B>& g, Var<Tv> x) { return out(g, attn(g, in(g, x))); }
+};
+
+Vec ref_attention(const Params& p, const Vec& h, const std::string& at) {
+  const Vec qkv = linear(h, 8, p.at(at + ".qkv.weight"), p.at(at + ".qkv.bias"), 24);
+  return linear(causal_attention(qkv, N, T, 8, 2), 8, p.at(at + ".proj.weight"), p.at(at + ".proj.bias"), 8);
+}
+
+Vec ref_block(const Params& p, const Vec& x, const std::string& at) {
+  const Vec a = add(x, ref_attention(p, layernorm(x, 8, p.at(at + ".ln1.weight"), p.at(at + ".ln1.bias"), 1e-5), at + ".attn"));
+  const Vec h = layernorm(a, 8, p.at(at + ".ln2.weight"), p.at(at + ".ln2.bias"), 1e-5);
+  const Vec m = linear(map(linear(h, 8, p.at(at + ".mlp.fc.weight"), p.at(at + ".mlp.fc.bias"), 16), gelu), 16,
+                       p.at(at + ".mlp.proj.weight"), p.at(at + ".mlp.proj.bias"), 8);
+  return add(a, m);
+}
+
+template <class P, class B>
+struct BlockNet {
+  using Tv = typename P::activation_type;
+  nn::Linear<P, B> in, out;
+  nn::TransformerBlock<P, B> block;
+  explicit BlockNet(nn::Builder<P, B> b)
+      : in(b.child("in"), {.in_features = 4, .out_features = 8}), out(b.child("out"), {.in_features = 8, .out_features = 3}),
+        block(b.child("block"), {.features = 8, .heads = 2, .mlp_ratio = 2}) {}
+  std::vector<nn::Input> default_inputs() const { return {{Shape{T, 4}}}; }
+  Var<Tv> forward(nn::Graph<P, B>& g, Var<Tv> x) { return out(g, block(g, in(g, x))); }
+};
+
+template <class P, class B>
+struct TinyGpt {
+  using Tv = typename P::activation_type;
+  nn::Embedding<P, B> emb;
+  nn::TransformerBlock<P, B> block;
+  nn::LayerNorm<P, B> ln;
+  explicit TinyGpt(nn::Builder<P, B> b)
+      : emb(b.child("emb"), {.vocab = 7, .features = 8, .max_positions = T, .init_std = 0.5f}),
+        block(b.child("block"), {.features = 8, .heads = 2, .mlp_ratio = 2}),
+        ln(b.child("ln"), {.features = 8}) {}
+  std::vector<nn::Input> default_inputs() const { return {nn::indices(Shape{T})}; }
+  Var<Tv> forward(nn::Graph<P, B>& g, Var<std::int32_t> ids) { return emb.logits(g, ln(g, block(g, emb(g, ids)))); }
+};
+
+Vec ref_gpt(const Params& p, const Vec& ids) {
+  const Vec& w = p.at("emb.weight");
+  Vec x(static_cast<std::size_t>(N * T * 8));
+  for (std::int64_t r = 0; r < N * T; ++r)
+    for (std::int64_t c = 0; c < 8; ++c)
+      x[r * 8 + c] = w[static_cast<std::int64_t>(ids[r]) * 8 + c] + p.at("emb.positions")[(r % T) * 8 + c];
+  const Vec h = layernorm(ref_block(p, x, "block"), 8, p.at("ln.weight"), p.at("ln.bias"), 1e-5);
+  return linear(h, 8, w, {}, 7);
+}
+
 const std::vector<std::int32_t> labels{1, 3, 0, 2};
 
 template <Policy P>
@@ -301,6 +367,31 @@ void check_all() {
   check_net<P, Tied>("tied weight", {.max_batch = N, .seed = 7}, x5, Shape{N, 5},
                      [&](Context<host>& c, const auto& out) { return nn::mse_loss(c, out, matrix<const float>(t3.data(), N, 3)); },
                      [&](const Params& p, const Vec& x) { return amp::test::mse(ref_tied(p, x), to_double(t3)); });
+  std::vector<std::int32_t> rows_labels(N * T), ids(N * T);
+  for (std::int64_t r = 0; r < N * T; ++r) rows_labels[r] = static_cast<std::int32_t>((r * 7 + 2) % 3), ids[r] = static_cast<std::int32_t>((r * 5 + 1) % 7);
+  const Span<const std::int32_t> y_rows{rows_labels.data(), rows_labels.size()};
+  const auto ce_rows = [&](Context<host>& c, const auto& out) { return nn::cross_entropy(c, out, y_rows); };
+  const auto xt = exact_inputs(N * T * 4, 17);
+  check_net<P, AttentionNet>("causal self-attention", {.max_batch = N, .seed = 9}, xt, Shape{N, T, 4}, ce_rows,
+                             [&](const Params& p, const Vec& x) {
+                               const Vec h = linear(x, 4, p.at("in.weight"), p.at("in.bias"), 8);
+                               return cross_entropy(linear(ref_attention(p, h, "attn"), 8, p.at("out.weight"),
+                                                           p.at("out.bias"), 3), 3, rows_labels);
+                             });
+  check_net<P, BlockNet>("pre-LN transformer block", {.max_batch = N, .seed = 10}, xt, Shape{N, T, 4}, ce_rows,
+                         [&](const Params& p, const Vec& x) {
+                           const Vec h = linear(x, 4, p.at("in.weight"), p.at("in.bias"), 8);
+                           return cross_entropy(linear(ref_block(p, h, "block"), 8, p.at("out.weight"),
+                                                       p.at("out.bias"), 3), 3, rows_labels);
+                         });
+  std::vector<std::int32_t> next(N * T);
+  for (std::int64_t r = 0; r < N * T; ++r) next[r] = ids[(r + 1) % (N * T)];
+  check_net<P, TinyGpt>("tiny GPT: embeddings, a block, tied output projection", {.max_batch = N, .seed = 11}, ids,
+                        Shape{N, T},
+                        [&](Context<host>& c, const auto& out) {
+                          return nn::cross_entropy(c, out, Span<const std::int32_t>{next.data(), next.size()});
+                        },
+                        [&](const Params& p, const Vec& x) { return cross_entropy(ref_gpt(p, x), 7, next); });
   const auto t2 = exact_inputs(N * 2, 16);
   check_net<P, TwoHeads>(
       "two losses in one backward", {.max_batch = N, .seed = 8}, x6, s6,

@@ -1,10 +1,12 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <random>
 
+#include "amp/core/activation.hpp"
 #include "amp/core/numeric.hpp"
 #include "amp/core/traits.hpp"
 
@@ -107,4 +109,20 @@ TEST_CASE("numeric limits") {
   CHECK(!amp::is_finite(std::numeric_limits<float>::infinity()));
   CHECK(!amp::is_finite(std::numeric_limits<float>::quiet_NaN()));
   CHECK(amp::is_finite(3.0e38f));
+}
+
+TEST_CASE("exp_poly and tanh_poly (the softmax's and GELU's branch-free forms) against FP64") {
+  double worst_exp = 0, worst_tanh = 0;
+  for (int i = 0; i <= 200000; ++i) {
+    const float x = -87.0f + 175.0f * static_cast<float>(i) / 200000.0f;
+    const double want = std::exp(static_cast<double>(x));
+    worst_exp = std::max(worst_exp, std::abs(amp::detail::exp_poly(x) - want) / want);
+    const float u = -12.0f + 24.0f * static_cast<float>(i) / 200000.0f;
+    worst_tanh = std::max(worst_tanh, std::abs(amp::detail::tanh_poly(u) - std::tanh(static_cast<double>(u))));
+  }
+  CHECK(worst_exp < 2.5e-7);  // ~2 ulp of fp32
+  CHECK(worst_tanh < 2e-7);
+  CHECK(amp::detail::exp_poly(-1000.0f) == amp::detail::exp_poly(-87.0f));  // clamped: tiny, never 0 or NaN
+  CHECK(std::isfinite(amp::detail::exp_poly(1000.0f)));
+  CHECK(amp::detail::exp_poly(0.0f) == 1.0f);
 }

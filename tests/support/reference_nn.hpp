@@ -149,6 +149,35 @@ inline Vec concat(const Vec& a, std::int64_t ca, const Vec& b, std::int64_t cb) 
   return y;
 }
 
+// qkv [n*t, 3c] (q | k | v; head h owns columns h*d .. h*d+d-1 of each) -> [n*t, c]:
+// per head, softmax(q k^T / sqrt(d)) v over the keys up to the query (causal).
+inline Vec causal_attention(const Vec& qkv, std::int64_t n, std::int64_t t, std::int64_t c, std::int64_t heads) {
+  const std::int64_t d = c / heads;
+  const auto at = [&](std::int64_t b, std::int64_t i, std::int64_t part, std::int64_t h, std::int64_t e) {
+    return qkv[static_cast<std::size_t>((b * t + i) * 3 * c + part * c + h * d + e)];
+  };
+  Vec y(static_cast<std::size_t>(n * t * c));
+  for (std::int64_t b = 0; b < n; ++b)
+    for (std::int64_t h = 0; h < heads; ++h)
+      for (std::int64_t i = 0; i < t; ++i) {
+        Vec s(static_cast<std::size_t>(i + 1));
+        double m = -1e300, sum = 0;
+        for (std::int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (std::int64_t e = 0; e < d; ++e) dot += at(b, i, 0, h, e) * at(b, j, 1, h, e);
+          s[j] = dot / std::sqrt(static_cast<double>(d));
+          m = std::max(m, s[j]);
+        }
+        for (auto& v : s) sum += (v = std::exp(v - m));
+        for (std::int64_t e = 0; e < d; ++e) {
+          double acc = 0;
+          for (std::int64_t j = 0; j <= i; ++j) acc += s[j] / sum * at(b, j, 2, h, e);
+          y[static_cast<std::size_t>((b * t + i) * c + h * d + e)] = acc;
+        }
+      }
+  return y;
+}
+
 inline double mse(const Vec& p, const Vec& t) {
   double s = 0;
   for (std::size_t i = 0; i < p.size(); ++i) s += (p[i] - t[i]) * (p[i] - t[i]);

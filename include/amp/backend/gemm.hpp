@@ -36,6 +36,14 @@ struct GemmEpilogue {
   bool plain() const { return !bias && act == activation::none && !pre_activation && !grad_bias; }
 };
 
+// Many products of one shape at once (attention's heads): product i reads
+// A at a.data + i * stride_a, B at b.data + i * stride_b, writes C at
+// c.data + i * stride_c (strides in elements). Plain alpha/beta only.
+struct GemmBatch {
+  std::int64_t count = 1;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+};
+
 namespace detail {
 template <class T>
 std::string matrix_desc(const char* name, Matrix<T> x, transpose t) {

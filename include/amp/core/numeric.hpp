@@ -131,10 +131,11 @@ inline float half_bits_to_float(std::uint16_t bits) {
 #endif
 }
 
+// Round to nearest even; NaN stays a quiet NaN. A select, not a branch, so loops over it vectorise.
 inline std::uint16_t float_to_bfloat16_bits(float f) {
   const std::uint32_t u = float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);
-  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  const std::uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
+  return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
 
 template <class T>

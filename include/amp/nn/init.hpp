@@ -31,12 +31,14 @@ struct Init {
 };
 
 // Which weight initialisation a layer uses.
-enum class initializer { kaiming_uniform, xavier_uniform, torch_default };
+// gpt2: normal(0, 0.02) weights and zero biases, as GPT-2 and nanoGPT start.
+enum class initializer { kaiming_uniform, xavier_uniform, torch_default, gpt2 };
 
 inline Init weight_init(initializer kind, std::int64_t fan_in, std::int64_t fan_out) {
   switch (kind) {
     case initializer::xavier_uniform: return Init::xavier_uniform(fan_in, fan_out);
     case initializer::torch_default: return Init::torch_default(fan_in);
+    case initializer::gpt2: return Init::normal(0.02f);
     default: return Init::kaiming_uniform(fan_in);
   }
 }

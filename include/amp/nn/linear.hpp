@@ -47,9 +47,10 @@ class Linear {
     spec_.weight = b.template param<role::weight>("weight", {cfg.out_features, cfg.in_features},
                                                   weight_init(cfg.init, cfg.in_features, cfg.out_features));
     if (cfg.bias) {
-      // PyTorch's bias init for every weight init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)); no weight decay.
-      spec_.bias = b.template param<role::weight>("bias", {cfg.out_features}, Init::torch_default(cfg.in_features),
-                                                  false);
+      // PyTorch's bias init, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), but for gpt2's zeros; no weight decay.
+      const Init bias_init =
+          cfg.init == initializer::gpt2 ? Init::constant(0.0f) : Init::torch_default(cfg.in_features);
+      spec_.bias = b.template param<role::weight>("bias", {cfg.out_features}, bias_init, false);
     }
   }
 

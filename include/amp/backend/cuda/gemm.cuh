@@ -178,6 +178,19 @@ void gemm(Context<cuda>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
   for_each(ctx, static_cast<std::size_t>(d.m * d.n), detail::EpilogueOp<TC>{z, c.data, d.n, c.ld, rest});
 }
 
+// C_i = alpha op(A_i) op(B_i) + beta C_i: one strided-batched cuBLAS call, fp32 accumulation.
+template <class T, class TC>
+void gemm_batched(Context<cuda>& ctx, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, Matrix<TC> c,
+                  const GemmBatch& batch, float alpha = 1.0f, float beta = 0.0f) {
+  const GemmDims d = gemm_dims(a, ta, b, tb, c);
+  if (d.m == 0 || d.n == 0 || batch.count == 0) return;
+  AMP_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+      ctx.cublas(), detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(d.n), static_cast<int>(d.m),
+      static_cast<int>(d.k), &alpha, b.data, detail::cuda_data_type<T>(), static_cast<int>(b.ld), batch.stride_b, a.data,
+      detail::cuda_data_type<T>(), static_cast<int>(a.ld), batch.stride_a, &beta, c.data, detail::cuda_data_type<TC>(),
+      static_cast<int>(c.ld), batch.stride_c, static_cast<int>(batch.count), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 template <class TA, class TB, class TC>
 void gemm(Context<cuda>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB> b, transpose tb, Matrix<TC> c,
           float alpha, float beta = 0.0f) {

@@ -96,6 +96,47 @@ AMP_HOST_CLONES void add_row_sums(Context<host>& ctx, Matrix<const T> a, transpo
     for (std::int64_t i = 0; i < d.m; ++i) acc[i] += cast<float>(a(k, i));
   for (std::int64_t i = 0; i < d.m; ++i) grad_bias[i] = cast<Out>(cast<float>(grad_bias[i]) + acc[i]);
 }
+// The batched products with fp32 or bf16 operands: into C when C is fp32,
+// else into fp32 scratch and then rounded into C (adding beta C) once.
+template <class T, class TC>
+void gemm_batched_fp32(Context<host>& ctx, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb,
+                       Matrix<TC> c, const GemmDims& d, const GemmBatch& batch, float alpha, float beta) {
+  constexpr bool direct = std::is_same_v<TC, float>;
+  float* z = direct ? nullptr : ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(batch.count * d.m * d.n));
+  const char opa = ta == transpose::yes ? 'T' : 'N', opb = tb == transpose::yes ? 'T' : 'N';
+  int failed = 0;
+#pragma omp parallel for num_threads(ctx.threads()) schedule(static) reduction(| : failed)
+  for (std::int64_t i = 0; i < batch.count; ++i) {
+    const T* ai = a.data + i * batch.stride_a;
+    const T* bi = b.data + i * batch.stride_b;
+    float* zi = z + i * d.m * d.n;
+    std::int64_t ldz = d.n;
+    float beta_z = 0.0f;
+    if constexpr (direct) zi = c.data + i * batch.stride_c, ldz = c.ld, beta_z = beta;
+    onednn::status status;
+    if constexpr (std::is_same_v<T, float>) {
+      status = onednn::sgemm(opa, opb, d.m, d.n, d.k, alpha, ai, a.ld, bi, b.ld, beta_z, zi, ldz);
+    } else {
+      static_assert(std::is_same_v<T, bfloat16>, "host gemm_batched: fp32, fp16 or bf16 inputs");
+      status = onednn::gemm_bf16bf16f32(opa, opb, d.m, d.n, d.k, alpha, reinterpret_cast<const std::uint16_t*>(ai), a.ld,
+                                        reinterpret_cast<const std::uint16_t*>(bi), b.ld, beta_z, zi, ldz);
+    }
+    failed |= status != 0;
+  }
+  AMP_REQUIRE(!failed, "oneDNN batched gemm failed on ", batch.count, " products of ", d.m, "x", d.n, "x", d.k);
+  if constexpr (!direct) {
+    const std::int64_t rows = batch.count * d.m;
+#pragma omp parallel for num_threads(ctx.threads()) schedule(static) if (rows * d.n >= host_parallel_threshold)
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int64_t i = r / d.m, row = r % d.m;
+      float* zr = z + r * d.n;
+      TC* cr = c.data + i * batch.stride_c + row * c.ld;
+      if (beta != 0.0f)
+        for (std::int64_t j = 0; j < d.n; ++j) zr[j] += beta * cast<float>(cr[j]);
+      convert_n(zr, cr, static_cast<std::size_t>(d.n));
+    }
+  }
+}
 }  // namespace detail
 
 template <class TA, class TB, class TC>
@@ -119,6 +160,29 @@ void gemm(Context<host>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
   }
   // Epilogue, a row at a time: Z += beta C + bias; keep Z if asked; C = act(Z), rounded once.
   detail::gemm_epilogue(ctx, z, ldz, c, std::is_same_v<TC, float> ? 0.0f : ep.beta, ep);
+}
+
+// C_i = alpha op(A_i) op(B_i) + beta C_i for each product of the batch, the
+// products spread over the threads (each one single-threaded inside oneDNN);
+// fp16 operands widened once for the whole batch, one rounding into C.
+template <class T, class TC>
+void gemm_batched(Context<host>& ctx, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, Matrix<TC> c,
+                  const GemmBatch& batch, float alpha = 1.0f, float beta = 0.0f) {
+  const GemmDims d = gemm_dims(a, ta, b, tb, c);
+  if (d.m == 0 || d.n == 0 || batch.count == 0) return;
+  const auto extent = [&](const auto& x, std::int64_t stride) {  // elements the batch spans
+    return static_cast<std::size_t>((batch.count - 1) * stride + (x.rows - 1) * x.ld + x.cols);
+  };
+  if constexpr (std::is_same_v<T, half>) {
+    float* wa = ctx.scratch<float>(scratch_slot::gemm_a, extent(a, batch.stride_a));
+    float* wb = ctx.scratch<float>(scratch_slot::gemm_b, extent(b, batch.stride_b));
+    convert(ctx, Span<const half>(a.data, extent(a, batch.stride_a)), Span<float>(wa, extent(a, batch.stride_a)));
+    convert(ctx, Span<const half>(b.data, extent(b, batch.stride_b)), Span<float>(wb, extent(b, batch.stride_b)));
+    detail::gemm_batched_fp32(ctx, Matrix<const float>(wa, a.rows, a.cols, a.ld), ta,
+                              Matrix<const float>(wb, b.rows, b.cols, b.ld), tb, c, d, batch, alpha, beta);
+  } else {
+    detail::gemm_batched_fp32(ctx, a, ta, b, tb, c, d, batch, alpha, beta);
+  }
 }
 
 // The older call form: C = alpha op(A) op(B) + beta C.

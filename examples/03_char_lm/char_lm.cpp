@@ -1,0 +1,470 @@
+// 03_char_lm: a character-level GPT (token and position embeddings, pre-LN
+// blocks of causal self-attention and a GELU MLP, the output projection tied
+// to the embedding) on real English text, the Debian fortunes files, at each
+// opt level: validation loss in nats per character and perplexity, tokens/s,
+// peak memory by category, skipped steps and the final loss scale; a sample of
+// generated text; JSON and a per-step CSV that scripts/plot.py draws.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <sstream>
+
+#include <amp/amp.hpp>
+
+#include "common/args.hpp"
+#include "common/json.hpp"
+#include "common/levels.hpp"
+#include "common/record.hpp"
+#include "common/run.hpp"
+
+namespace {
+
+namespace nn = amp::nn;
+using Clock = std::chrono::steady_clock;
+using examples::StepRecord;
+
+struct GptConfig {
+  std::int64_t vocab, context, layers, heads, width;
+  float dropout;
+};
+
+// GPT-2's shape: wte (+ positions) -> h.0 .. h.(L-1) -> ln_f -> logits = h wte^T.
+template <class P, class B>
+struct Gpt {
+  using T = typename P::activation_type;
+  nn::Embedding<P, B> wte;
+  std::vector<nn::TransformerBlock<P, B>> h;
+  nn::LayerNorm<P, B> ln_f;
+  std::int64_t context;
+
+  Gpt(nn::Builder<P, B> b, const GptConfig& c)
+      : wte(b.child("wte"), {.vocab = c.vocab, .features = c.width, .max_positions = c.context}),
+        h(blocks(b, c)),
+        ln_f(b.child("ln_f"), {.features = c.width}),
+        context(c.context) {}
+
+  static std::vector<nn::TransformerBlock<P, B>> blocks(nn::Builder<P, B> b, const GptConfig& c) {
+    std::vector<nn::TransformerBlock<P, B>> out;
+    for (std::int64_t i = 0; i < c.layers; ++i)
+      out.emplace_back(b.child("h." + std::to_string(i)),
+                       typename nn::TransformerBlock<P, B>::Config{.features = c.width, .heads = c.heads,
+                                                                   .attention_dropout = c.dropout,
+                                                                   .residual_dropout = c.dropout});
+    return out;
+  }
+
+  std::vector<nn::Input> default_inputs() const { return {nn::indices(amp::Shape{context})}; }
+  nn::Var<T> forward(nn::Graph<P, B>& g, nn::Var<std::int32_t> ids) {
+    nn::Var<T> x = wte(g, ids);
+    for (const auto& block : h) x = block(g, x);
+    return wte.logits(g, ln_f(g, x));
+  }
+};
+
+// The corpus: the fortunes files in name order, concatenated; the first 90% trains, the rest validates.
+struct Corpus {
+  std::vector<std::string> files;
+  std::vector<std::int32_t> train, val;  // token ids
+  std::vector<unsigned char> chars;      // id -> byte
+  double unigram_entropy = 0;            // of the validation text, nats per character
+};
+
+Corpus read_corpus(const std::string& dir) {
+  namespace fs = std::filesystem;
+  AMP_REQUIRE(fs::is_directory(dir), "corpus folder '", dir, "' not found (install Debian's fortunes, or point --data "
+              "at a folder of text files)");
+  Corpus c;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && name.find('.') == std::string::npos) c.files.push_back(entry.path().string());
+  }
+  std::sort(c.files.begin(), c.files.end());
+  AMP_REQUIRE(!c.files.empty(), "corpus folder '", dir, "' has no text files (files without an extension)");
+  std::string text;
+  for (const auto& f : c.files) {
+    std::ifstream in(f, std::ios::binary);
+    AMP_REQUIRE(in, "cannot read corpus file '", f, "'");
+    text.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  AMP_REQUIRE(text.size() >= 10000, "corpus folder '", dir, "' holds only ", text.size(), " bytes of text");
+  int id_of[256];
+  std::fill(std::begin(id_of), std::end(id_of), -1);
+  for (const char ch : text) id_of[static_cast<unsigned char>(ch)] = 0;
+  for (int b = 0; b < 256; ++b)
+    if (id_of[b] == 0) id_of[b] = static_cast<int>(c.chars.size()), c.chars.push_back(static_cast<unsigned char>(b));
+  const std::size_t split = text.size() * 9 / 10;
+  for (std::size_t i = 0; i < text.size(); ++i)
+    (i < split ? c.train : c.val).push_back(id_of[static_cast<unsigned char>(text[i])]);
+  std::vector<double> count(c.chars.size(), 0.0);
+  for (const auto id : c.val) count[static_cast<std::size_t>(id)] += 1;
+  for (const double n : count)
+    if (n > 0) c.unigram_entropy -= n / c.val.size() * std::log(n / c.val.size());
+  return c;
+}
+
+struct Settings {
+  GptConfig model{};
+  std::int64_t batch = 32, steps = 0, warmup = 0, eval_interval = 0, eval_batches = 0, sample = 0;
+  float lr = 0, min_lr = 0, weight_decay = 0, clip = 0;
+  std::uint64_t seed = 1;
+  int threads = 0;
+  std::string data;
+  bool tty = false;
+};
+
+// The start of training window i: splitmix64 of (seed, i), so any program can replay the order.
+std::int64_t window_start(std::uint64_t seed, std::int64_t i, std::int64_t limit) {
+  return static_cast<std::int64_t>(amp::nn::detail::mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(i)) %
+                                   static_cast<std::uint64_t>(limit));
+}
+
+// Batch `step` of windows: inputs and next-character targets.
+void fill_batch(const Settings& s, const std::vector<std::int32_t>& text, std::int64_t step, bool training,
+                std::vector<std::int32_t>& ids, std::vector<std::int32_t>& targets) {
+  const std::int64_t t = s.model.context, limit = static_cast<std::int64_t>(text.size()) - t - 1;
+  for (std::int64_t r = 0; r < s.batch; ++r) {
+    // Training: random windows; validation: evenly spaced ones, the same for every level.
+    const std::int64_t start = training ? window_start(s.seed, step * s.batch + r, limit)
+                                        : (step * s.batch + r) * (limit / (s.eval_batches * s.batch));
+    for (std::int64_t k = 0; k < t; ++k) {
+      ids[static_cast<std::size_t>(r * t + k)] = text[static_cast<std::size_t>(start + k)];
+      targets[static_cast<std::size_t>(r * t + k)] = text[static_cast<std::size_t>(start + k + 1)];
+    }
+  }
+}
+
+struct Evaluation {
+  std::int64_t step;
+  double val_loss, seconds;  // seconds: training time of the interval
+};
+
+struct LevelResult {
+  std::string level;
+  bool finished = false;
+  double val_loss = 0, train_loss = 0, tokens_per_second = 0, interval_seconds = 0;
+  std::size_t peak[static_cast<int>(amp::memory_kind::count)] = {};
+  std::size_t peak_total = 0;
+  long long skipped = 0, allocations_in_loop = 0;
+  float final_scale = 0;
+  std::vector<Evaluation> evaluations;
+  std::vector<StepRecord> steps;
+  std::string sample;
+};
+
+template <class Model, amp::Backend B>
+double validation_loss(amp::Context<B>& ctx, Model& model, const Settings& s, const Corpus& c,
+                       amp::Buffer<std::int32_t, B>& ids, amp::Buffer<std::int32_t, B>& targets) {
+  model.eval();
+  std::vector<std::int32_t> hi(ids.size()), ht(targets.size());
+  double total = 0;
+  for (std::int64_t b = 0; b < s.eval_batches; ++b) {
+    fill_batch(s, c.val, b, false, hi, ht);
+    amp::upload(ctx, ids.span(), hi);
+    amp::upload(ctx, targets.span(), ht);
+    auto out = model.forward(ctx, amp::TensorView<const std::int32_t>(ids.data(), amp::Shape{s.batch, s.model.context}));
+    total += nn::cross_entropy(ctx, out, amp::Span<const std::int32_t>(targets.span())).item();
+  }
+  model.train();
+  return total / static_cast<double>(s.eval_batches);
+}
+
+// n characters continuing the validation text's first window, sampled from the
+// softmax with a fixed seed.
+template <class Model, amp::Backend B>
+std::string generate(amp::Context<B>& ctx, Model& model, const Settings& s, const Corpus& c) {
+  using T = typename Model::policy::activation_type;
+  model.eval();
+  const std::int64_t t = s.model.context;
+  std::vector<std::int32_t> window(c.val.begin(), c.val.begin() + t);
+  amp::Buffer<std::int32_t, B> ids(ctx, static_cast<std::size_t>(t), amp::memory_kind::data);
+  std::mt19937_64 gen(s.seed);
+  std::string out;
+  for (std::int64_t i = 0; i < s.sample; ++i) {
+    amp::upload(ctx, ids.span(), window);
+    auto logits = model.forward(ctx, amp::TensorView<const std::int32_t>(ids.data(), amp::Shape{1, t}));
+    const auto last = amp::download(ctx, amp::Span<const T>(logits.value.data + (t - 1) * s.model.vocab,
+                                                            static_cast<std::size_t>(s.model.vocab)));
+    std::vector<double> p(last.size());
+    double max = -1e30, sum = 0;
+    for (const T v : last) max = std::max(max, static_cast<double>(amp::cast<float>(v)));
+    for (std::size_t k = 0; k < p.size(); ++k) sum += (p[k] = std::exp(amp::cast<float>(last[k]) - max));
+    double u = std::uniform_real_distribution<double>(0.0, sum)(gen);
+    std::size_t pick = 0;
+    while (pick + 1 < p.size() && (u -= p[pick]) > 0) ++pick;
+    out += static_cast<char>(c.chars[pick]);
+    window.erase(window.begin());
+    window.push_back(static_cast<std::int32_t>(pick));
+  }
+  model.train();
+  return out;
+}
+
+template <amp::Policy P, amp::Backend B>
+LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) {
+  LevelResult r;
+  r.level = std::string(amp::policy_name<P>());
+  nn::Model<P, B, Gpt<P, B>> model(ctx, {.max_batch = s.batch, .seed = s.seed}, s.model);
+  // AdamW as GPT-2 trains: no decay on biases and norms, warm-up then cosine, clipping.
+  amp::optim::AdamW<P, B> opt(model.parameters(),
+                              {.lr = s.lr, .beta2 = 0.99f, .weight_decay = s.weight_decay, .max_grad_norm = s.clip,
+                               .groups = {{.select = amp::optim::select::no_decay, .lr = {}, .weight_decay = 0.0f}}});
+  opt.set_schedule(amp::optim::LinearWarmup<amp::optim::CosineLR>{
+      s.warmup, {s.lr, std::max<std::int64_t>(1, s.steps - s.warmup), s.min_lr}});
+  const auto tokens = static_cast<std::size_t>(s.batch * s.model.context);
+  amp::Buffer<std::int32_t, B> ids(ctx, tokens, amp::memory_kind::data), targets(ctx, tokens, amp::memory_kind::data);
+  amp::Buffer<StepRecord, B> records(ctx, static_cast<std::size_t>(s.steps), amp::memory_kind::workspace);
+  std::vector<std::int32_t> hi(tokens), ht(tokens);
+  double train_seconds = 0;
+  std::vector<double> intervals;
+  std::size_t allocations = 0;
+  auto start = Clock::now();
+  for (std::int64_t step = 0; step < s.steps; ++step) {
+    if (examples::interrupted()) return r;
+    fill_batch(s, c.train, step, true, hi, ht);
+    amp::upload(ctx, ids.span(), hi);
+    amp::upload(ctx, targets.span(), ht);
+    auto out = model.forward(ctx, amp::TensorView<const std::int32_t>(ids.data(), amp::Shape{s.batch, s.model.context}));
+    auto loss = nn::cross_entropy(ctx, out, amp::Span<const std::int32_t>(targets.span()));
+    opt.zero_grad();
+    amp::scale_loss(loss, opt).backward();
+    opt.step();
+    examples::record_step(ctx, records, step, loss, opt);
+    if (step == 0) allocations = ctx.memory().allocations();
+    const bool eval_now = (step + 1) % s.eval_interval == 0 || step + 1 == s.steps;
+    if (s.tty && (step % 10 == 0 || eval_now)) {
+      const StepRecord rec = amp::download_one(ctx, static_cast<const StepRecord*>(records.data() + step));
+      const double secs = train_seconds + std::chrono::duration<double>(Clock::now() - start).count();
+      std::printf("\r  %-7s step %5lld/%-5lld %7.0f tok/s loss %.4f scale %-8g", r.level.c_str(),
+                  static_cast<long long>(step + 1), static_cast<long long>(s.steps),
+                  static_cast<double>((step + 1) * tokens) / secs, rec.loss, rec.scale);
+      std::fflush(stdout);
+    }
+    if (eval_now) {
+      ctx.synchronize();
+      const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+      train_seconds += secs;
+      intervals.push_back(secs);
+      const double val = validation_loss(ctx, model, s, c, ids, targets);
+      r.evaluations.push_back({step + 1, val, secs});
+      std::printf("%s  %-7s step %5lld/%-5lld val loss %.4f (ppl %.2f) %7.0f tok/s%s\n", s.tty ? "\r" : "",
+                  r.level.c_str(), static_cast<long long>(step + 1), static_cast<long long>(s.steps), val,
+                  std::exp(val), static_cast<double>((step + 1) * tokens) / train_seconds, s.tty ? "          " : "");
+      std::fflush(stdout);
+      start = Clock::now();
+    }
+  }
+  r.allocations_in_loop = static_cast<long long>(ctx.memory().allocations() - allocations);
+  r.steps = amp::download(ctx, amp::Span<const StepRecord>(records.span()));
+  const std::size_t tail = std::min<std::size_t>(r.steps.size(), static_cast<std::size_t>(s.eval_interval));
+  for (std::size_t i = r.steps.size() - tail; i < r.steps.size(); ++i) r.train_loss += r.steps[i].loss / tail;
+  r.val_loss = r.evaluations.back().val_loss;
+  r.tokens_per_second = static_cast<double>(s.steps) * static_cast<double>(tokens) / train_seconds;
+  std::sort(intervals.begin(), intervals.end());
+  r.interval_seconds = intervals[intervals.size() / 2];
+  r.skipped = r.steps.back().skipped;
+  r.final_scale = r.steps.back().scale;
+  for (int k = 0; k < static_cast<int>(amp::memory_kind::count); ++k)
+    r.peak[k] = ctx.memory().peak(static_cast<amp::memory_kind>(k));
+  r.peak_total = ctx.memory().peak_total();
+  if (s.sample > 0) r.sample = generate(ctx, model, s, c);
+  r.finished = true;
+  return r;
+}
+
+double mib(std::size_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
+
+void print_tables(const std::string& device, const Corpus& c, const std::vector<LevelResult>& results) {
+  using amp::memory_kind;
+  std::printf("\nresults on %s (validation: %zu characters, unigram entropy %.4f nats/char; 0.6 x = %.4f)\n",
+              device.c_str(), c.val.size(), c.unigram_entropy, 0.6 * c.unigram_entropy);
+  std::printf("%-8s %8s %8s %10s %10s %10s %7s %11s\n", "level", "val loss", "val ppl", "train loss", "tokens/s",
+              "memory MiB", "skipped", "final scale");
+  const LevelResult* o0 = nullptr;
+  for (const auto& r : results) {
+    if (r.level == "O0") o0 = &r;
+    std::printf("%-8s %8.4f %8.3f %10.4f %10.0f %10.2f %7lld %11g\n", r.level.c_str(), r.val_loss, std::exp(r.val_loss),
+                r.train_loss, r.tokens_per_second, mib(r.peak_total), r.skipped, r.final_scale);
+  }
+  std::printf("\npeak MiB  weights   master    grads optimizer activations workspace     data\n");
+  for (const auto& r : results)
+    std::printf("%-8s %8.2f %8.2f %8.2f %9.2f %11.2f %9.2f %8.2f\n", r.level.c_str(),
+                mib(r.peak[int(memory_kind::weights)]), mib(r.peak[int(memory_kind::master)]),
+                mib(r.peak[int(memory_kind::grads)]), mib(r.peak[int(memory_kind::optimizer)]),
+                mib(r.peak[int(memory_kind::activations)]), mib(r.peak[int(memory_kind::workspace)]),
+                mib(r.peak[int(memory_kind::data)]));
+  if (o0) {
+    std::printf("\nrelative to O0: validation loss, speed\n");
+    for (const auto& r : results)
+      std::printf("  %-8s %+6.2f %%  %.2fx\n", r.level.c_str(), 100 * (r.val_loss / o0->val_loss - 1),
+                  r.tokens_per_second / o0->tokens_per_second);
+  }
+  for (const auto& r : results)
+    if (r.allocations_in_loop != 0)
+      std::printf("warning: %s allocated %lld times inside the training loop\n", r.level.c_str(), r.allocations_in_loop);
+}
+
+std::string to_json(const Settings& s, const std::string& device, const std::string& details, const Corpus& c,
+                    const std::vector<LevelResult>& results, bool complete) {
+  examples::Json j;
+  j.object().field("program", "char_lm").field("amp_version", AMP_VERSION_STRING).field("complete", complete);
+  j.field("device", device).field("device_details", details).field("epoch_name", "evaluation interval");
+  j.key("data_files").array();
+  for (const auto& f : c.files) j.value(f);
+  j.end();
+  j.field("train_characters", static_cast<long long>(c.train.size()))
+      .field("val_characters", static_cast<long long>(c.val.size()))
+      .field("vocab", static_cast<long long>(c.chars.size()))
+      .field("unigram_entropy", c.unigram_entropy);
+  j.key("settings").object().field("context", static_cast<long long>(s.model.context))
+      .field("layers", static_cast<long long>(s.model.layers)).field("heads", static_cast<long long>(s.model.heads))
+      .field("width", static_cast<long long>(s.model.width)).field("dropout", s.model.dropout)
+      .field("batch_size", static_cast<long long>(s.batch)).field("steps", static_cast<long long>(s.steps))
+      .field("lr", s.lr).field("min_lr", s.min_lr).field("warmup", static_cast<long long>(s.warmup))
+      .field("weight_decay", s.weight_decay).field("clip", s.clip)
+      .field("eval_interval", static_cast<long long>(s.eval_interval))
+      .field("eval_batches", static_cast<long long>(s.eval_batches))
+      .field("seed", static_cast<unsigned long long>(s.seed)).field("threads", s.threads).field("data", s.data).end();
+  j.key("levels").array();
+  for (const auto& r : results) {
+    j.object().field("opt_level", r.level).field("val_loss", r.val_loss).field("val_perplexity", std::exp(r.val_loss));
+    j.field("train_loss", r.train_loss).field("tokens_per_second", r.tokens_per_second);
+    j.field("epoch_seconds", r.interval_seconds).key("peak_bytes").object();
+    for (int k = 0; k < static_cast<int>(amp::memory_kind::count); ++k)
+      j.field(amp::memory_kind_names[k], static_cast<unsigned long long>(r.peak[k]));
+    j.field("total", static_cast<unsigned long long>(r.peak_total)).end();
+    j.field("skipped_steps", r.skipped).field("final_loss_scale", r.final_scale);
+    j.field("allocations_in_loop", r.allocations_in_loop).field("sample", r.sample).key("epochs").array();
+    for (std::size_t i = 0; i < r.evaluations.size(); ++i)
+      j.object().field("epoch", static_cast<long long>(i + 1)).field("step", static_cast<long long>(r.evaluations[i].step))
+          .field("val_loss", r.evaluations[i].val_loss).field("seconds", r.evaluations[i].seconds).end();
+    j.end().end();
+  }
+  j.end().end();
+  return j.str() + "\n";
+}
+
+// Every step; "epoch" counts evaluation intervals (from 1), as the plot expects.
+std::string to_csv(const Settings& s, const std::vector<LevelResult>& results) {
+  std::ostringstream c;
+  c.precision(9);
+  c << "level,epoch,step,loss,loss_scale,skipped\n";
+  for (const auto& r : results)
+    for (std::size_t i = 0; i < r.steps.size(); ++i) {
+      const long long skipped = r.steps[i].skipped - (i ? r.steps[i - 1].skipped : 0);
+      c << r.level << "," << static_cast<long long>(i) / s.eval_interval + 1 << "," << i + 1 << "," << r.steps[i].loss
+        << "," << r.steps[i].scale << "," << skipped << "\n";
+    }
+  return c.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  examples::Args args("char_lm", "A character-level GPT on the fortunes files at each opt level.");
+  args.flag("data", "/usr/share/games/fortunes", "folder of text files (Debian's fortunes; files without extension)",
+            "DIR")
+      .flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16, a comma-separated list, or all", "LEVEL")
+      .flag("device", "auto", "auto|cpu|cuda (auto: the GPU when one is present)", "DEVICE")
+      .flag("threads", "0", "CPU threads (0: the idle cores)", "N")
+      .flag("steps", "650", "training steps per level", "N")
+      .flag("batch-size", "32", "sequences per step", "N")
+      .flag("context", "128", "characters per sequence", "N")
+      .flag("layers", "4", "transformer blocks", "N")
+      .flag("heads", "4", "attention heads", "N")
+      .flag("width", "128", "model width (a multiple of --heads)", "N")
+      .flag("dropout", "0", "dropout on attention probabilities and residual branches", "P")
+      .flag("lr", "0.003", "peak learning rate (AdamW)", "X")
+      .flag("min-lr", "0.0003", "learning rate at the end of the cosine decay", "X")
+      .flag("warmup", "60", "linear warm-up steps", "N")
+      .flag("weight-decay", "0.1", "AdamW weight decay (not on biases and norms)", "X")
+      .flag("clip", "1", "clip the gradients' global norm to X (0: off)", "X")
+      .flag("eval-interval", "100", "steps between validation losses", "N")
+      .flag("eval-batches", "8", "validation batches per evaluation", "N")
+      .flag("seed", "1", "seed of the initialisation, the data order and the sample", "N")
+      .flag("sample", "240", "print N generated characters after training (0: none)", "N")
+      .flag("json", "", "write the summary as JSON to FILE", "FILE")
+      .flag("csv", "", "write every step (level, interval, step, loss, loss scale, skipped) to FILE", "FILE");
+  if (!args.parse(argc, argv)) return 0;
+  Settings s;
+  s.model.context = args.integer("context", 2, 4096);
+  s.model.layers = args.integer("layers", 1, 256);
+  s.model.heads = args.integer("heads", 1, 256);
+  s.model.width = args.integer("width", 1, 65536);
+  AMP_REQUIRE(s.model.width % s.model.heads == 0, "--width (", s.model.width, ") must be a multiple of --heads (",
+              s.model.heads, ")");
+  s.model.dropout = static_cast<float>(args.real("dropout", 0.0, 0.9));
+  s.steps = args.integer("steps", 1, 10'000'000);
+  s.batch = args.integer("batch-size", 1, 1 << 16);
+  s.lr = static_cast<float>(args.real("lr", 0.0, 1.0, true));
+  s.min_lr = static_cast<float>(args.real("min-lr", 0.0, 1.0));
+  s.warmup = args.integer("warmup", 0, 10'000'000);
+  s.weight_decay = static_cast<float>(args.real("weight-decay", 0.0, 10.0));
+  s.clip = static_cast<float>(args.real("clip", 0.0, 1e6));
+  s.eval_interval = args.integer("eval-interval", 1, 10'000'000);
+  s.eval_batches = args.integer("eval-batches", 1, 100000);
+  s.seed = static_cast<std::uint64_t>(args.integer("seed", 0, std::numeric_limits<long long>::max()));
+  s.sample = args.integer("sample", 0, 1'000'000);
+  s.threads = static_cast<int>(args.integer("threads", 0, 4096));
+  s.data = args.str("data");
+  s.tty = isatty(fileno(stdout)) != 0;
+  const auto levels = examples::parse_levels(args.str("opt-level"));
+  const bool gpu = examples::use_gpu(args.str("device"));
+  examples::Outputs outputs;
+  outputs.add("--json", args.str("json"));
+  outputs.add("--csv", args.str("csv"));
+
+  const Corpus corpus = read_corpus(s.data);
+  s.model.vocab = static_cast<std::int64_t>(corpus.chars.size());
+  AMP_REQUIRE(static_cast<std::int64_t>(corpus.val.size()) > s.eval_batches * s.batch + s.model.context + 1,
+              "the validation text (", corpus.val.size(), " characters) is too short for --eval-batches ",
+              s.eval_batches, " x --batch-size ", s.batch, " windows of --context ", s.model.context);
+  std::printf("char_lm: %zu files, %zu train / %zu validation characters, vocab %lld; %lld layers x %lld heads, width "
+              "%lld, context %lld, batch %lld, %lld steps\n",
+              corpus.files.size(), corpus.train.size(), corpus.val.size(), static_cast<long long>(s.model.vocab),
+              static_cast<long long>(s.model.layers), static_cast<long long>(s.model.heads),
+              static_cast<long long>(s.model.width), static_cast<long long>(s.model.context),
+              static_cast<long long>(s.batch), static_cast<long long>(s.steps));
+
+  examples::watch_interrupts();
+  std::string device, details;
+  std::vector<LevelResult> results;
+  auto write_outputs = [&](bool complete) {
+    outputs.write([&](const std::string& flag) {
+                    return flag == "--json" ? to_json(s, device, details, corpus, results, complete) : to_csv(s, results);
+                  },
+                  !complete);
+  };
+  for (const auto& level : levels) {
+    examples::with_policy(level, [&]<amp::Policy P>() {
+      examples::with_context(gpu, s.threads, [&]<amp::Backend B>(amp::Context<B>& ctx) {
+        device = examples::device_label(ctx);
+        details = examples::device_details(ctx);
+        LevelResult r = run_level<P>(ctx, s, corpus);
+        if (r.finished) {
+          if (!r.sample.empty()) std::printf("  %s sample: %s\n", r.level.c_str(), r.sample.c_str());
+          results.push_back(std::move(r));
+        }
+      });
+    });
+    if (examples::interrupted()) break;
+    if (&level != &levels.back()) write_outputs(false);
+  }
+  if (!results.empty()) print_tables(device, corpus, results);
+  if (examples::interrupted()) {
+    if (!results.empty()) write_outputs(false);
+    std::printf("interrupted: kept the %zu finished level(s)\n", results.size());
+    examples::exit_by_signal();
+  }
+  write_outputs(true);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "char_lm: %s\n", e.what());
+  return 2;
+}

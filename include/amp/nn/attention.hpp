@@ -1,0 +1,251 @@
+#pragma once
+// Causal multi-head self-attention over [batch, time, features]:
+//   qkv = x W_qkv^T + b;  per head: S = Q K^T / sqrt(d);  P = softmax(S, causal);
+//   Y = dropout(P) V;  y = merge(Y) W_proj^T + b.
+// Q K^T and P V are strided-batched GEMMs over (batch x heads) in the GEMM
+// compute type with fp32 accumulation; the 1/sqrt(d) scale is the GEMM's
+// alpha, so the scores come out scaled, in compute_type<op::softmax> (fp32
+// under O1/O2). The softmax applies the causal mask and the dropout in the
+// same pass, in that type, and rounds P once into the GEMM type.
+#include <cmath>
+#include <string>
+#include <type_traits>
+
+#include "amp/nn/init.hpp"
+#include "amp/nn/linear.hpp"
+#include "amp/nn/module.hpp"
+#include "amp/nn/ops.hpp"
+
+namespace amp::nn {
+
+namespace detail {
+// Where [batch, time, heads x dim] (a column block of a wider row) meets
+// [batch, heads, time, dim] (contiguous per head, what the batched GEMMs take),
+// a head's row (dim values) at a time.
+struct HeadLayout {
+  std::int64_t time, heads, dim;
+  std::int64_t row_stride, column;  // of the [batch, time, ...] side: its row length, the block's first column
+
+  // Where row q of the per-head layout ((batch x heads x time) rows) sits in the [batch, time, ...] layout.
+  AMP_HOST_DEVICE std::int64_t rows_offset(std::int64_t q) const {
+    const std::int64_t t = q % time, h = (q / time) % heads, b = q / (time * heads);
+    return (b * time + t) * row_stride + column + h * dim;
+  }
+};
+
+// Per-head row q = the block of the rows layout it maps to.
+template <class From, class To>
+struct ToHeadsOp {
+  const From* from;
+  To* to;
+  HeadLayout l;
+  AMP_HOST_DEVICE void operator()(std::size_t q) const {
+    const From* src = from + l.rows_offset(static_cast<std::int64_t>(q));
+    To* dst = to + static_cast<std::int64_t>(q) * l.dim;
+    for (std::int64_t d = 0; d < l.dim; ++d) dst[d] = cast<To>(cast<float>(src[d]));
+  }
+};
+
+// The block of the rows layout (+)= per-head row q: a merge forward, or a split's gradient.
+template <class From, class To>
+struct FromHeadsOp {
+  const From* from;
+  To* to;
+  HeadLayout l;
+  bool accumulate;
+  AMP_HOST_DEVICE void operator()(std::size_t q) const {
+    const From* src = from + static_cast<std::int64_t>(q) * l.dim;
+    const auto at = static_cast<std::size_t>(l.rows_offset(static_cast<std::int64_t>(q)));
+    for (std::int64_t d = 0; d < l.dim; ++d) store_grad(to, at + static_cast<std::size_t>(d), cast<float>(src[d]), accumulate);
+  }
+};
+
+// The keep decision of attention dropout for entry j of row r (the same bits on every backend).
+AMP_HOST_DEVICE inline bool attention_keep(std::uint64_t stream, std::int64_t row, std::int64_t time, std::int64_t j,
+                                           float p) {
+  return p == 0.0f || unit_uniform(stream, static_cast<std::uint64_t>(row * time + j)) >= p;
+}
+
+// One row of scores (query t of one head): the causal softmax in C, rounded
+// once into P; Pd = dropout(P). Entries after t are 0.
+template <class C, class S, class G>
+struct CausalSoftmaxOp {
+  const S* scores;
+  G* probs;
+  G* dropped;  // == probs without dropout
+  std::int64_t time;
+  std::uint64_t stream;
+  float p, keep_scale;
+  AMP_HOST_DEVICE void operator()(std::size_t r) const {
+    const auto row = static_cast<std::int64_t>(r);
+    const std::int64_t t = row % time;
+    const S* s = scores + row * time;
+    float max = cast<float>(s[0]);
+    for (std::int64_t j = 1; j <= t; ++j) max = cast<float>(s[j]) > max ? cast<float>(s[j]) : max;
+    float sum = 0.0f;
+    for (std::int64_t j = 0; j <= t; ++j) sum += round_to<C>(amp::detail::exp_poly(cast<float>(s[j]) - max));
+    const float inv = 1.0f / sum;
+    G* out = probs + row * time;
+    G* out_dropped = dropped + row * time;
+    for (std::int64_t j = 0; j < time; ++j) {
+      const float v = j <= t ? round_to<C>(round_to<C>(amp::detail::exp_poly(cast<float>(s[j]) - max)) * inv) : 0.0f;
+      out[j] = cast<G>(v);
+      if (dropped != probs)
+        out_dropped[j] = cast<G>(attention_keep(stream, row, time, j, p) ? round_to<C>(v * keep_scale) : 0.0f);
+    }
+  }
+};
+
+// dS = P * (dP - sum_j dP_j P_j) for one row, dP through the dropout first.
+template <class C, class G>
+struct CausalSoftmaxGradOp {
+  const float* d_dropped;  // dL/dPd
+  const G* probs;
+  G* d_scores;
+  std::int64_t time;
+  std::uint64_t stream;
+  float p, keep_scale;
+  AMP_HOST_DEVICE float d_prob(std::int64_t row, std::int64_t j) const {
+    const float g = d_dropped[row * time + j];
+    return attention_keep(stream, row, time, j, p) ? g * (p == 0.0f ? 1.0f : keep_scale) : 0.0f;
+  }
+  AMP_HOST_DEVICE void operator()(std::size_t r) const {
+    const auto row = static_cast<std::int64_t>(r);
+    const std::int64_t t = row % time;
+    const G* pr = probs + row * time;
+    float dot = 0.0f;
+    for (std::int64_t j = 0; j <= t; ++j) dot += d_prob(row, j) * cast<float>(pr[j]);
+    G* ds = d_scores + row * time;
+    for (std::int64_t j = 0; j < time; ++j)
+      ds[j] = cast<G>(j <= t ? round_to<C>(cast<float>(pr[j]) * (d_prob(row, j) - dot)) : 0.0f);
+  }
+};
+}  // namespace detail
+
+template <class P, class B>
+class CausalSelfAttention {
+  static_assert(Policy<P> && Backend<B>);
+
+ public:
+  using T = typename P::activation_type;
+  using G = typename P::template compute_type<op::gemm>;
+  using C = typename P::template compute_type<op::softmax>;
+  // The scores leave the GEMM in the softmax's type where the GEMM can write it (fp32 or G).
+  using S = std::conditional_t<std::is_same_v<C, float>, float, G>;
+
+  struct Config {
+    std::int64_t features = 0;  // heads x head dimension
+    std::int64_t heads = 1;
+    float dropout = 0.0f;       // on the attention probabilities, in training
+    bool bias = true;
+    initializer init = initializer::gpt2;  // normal(0, 0.02), zero biases: trains faster here than torch's
+  };
+
+  CausalSelfAttention(Builder<P, B> b, const Config& cfg)
+      : name_(b.prefix()),
+        qkv_(b.child("qkv"), {.in_features = cfg.features, .out_features = 3 * cfg.features, .bias = cfg.bias,
+                              .init = cfg.init}),
+        proj_(b.child("proj"), {.in_features = cfg.features, .out_features = cfg.features, .bias = cfg.bias,
+                                .init = cfg.init}) {
+    AMP_REQUIRE(cfg.heads > 0 && cfg.features > 0 && cfg.features % cfg.heads == 0, "CausalSelfAttention '", name_,
+                "': features (", cfg.features, ") must be a positive multiple of heads (", cfg.heads, ")");
+    AMP_REQUIRE(cfg.dropout >= 0.0f && cfg.dropout < 1.0f, "CausalSelfAttention '", name_, "': dropout must be in [0, 1)");
+    s_.features = cfg.features, s_.heads = cfg.heads, s_.dim = cfg.features / cfg.heads, s_.dropout = cfg.dropout;
+  }
+
+  // x: [batch, time, features] -> the same shape.
+  Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
+    AMP_REQUIRE(x.shape.rank() == 3 && x.shape[2] == s_.features, "CausalSelfAttention '", name_, "' (", s_.features,
+                " features): input ", x.shape.str(), " is not [batch x time x ", s_.features, "]");
+    return proj_(g, attend(g, s_, qkv_(g, x)));
+  }
+
+ private:
+  struct Spec {
+    std::int64_t features = 0, heads = 1, dim = 1;
+    float dropout = 0.0f;
+  };
+
+  // qkv [batch, time, 3 x features] -> the heads' outputs merged, [batch, time, features].
+  static Var<T> attend(Graph<P, B>& g, const Spec& s, Var<T> qkv) {
+    auto& ctx = g.context();
+    const std::int64_t batch = qkv.shape[0], time = qkv.shape[1], n = batch * s.heads;
+    const auto per_head = static_cast<std::size_t>(n * time * s.dim), scores = static_cast<std::size_t>(n * time * time);
+    const auto head_rows = static_cast<std::size_t>(n * time);
+    const float p = g.training() ? s.dropout : 0.0f, alpha = 1.0f / std::sqrt(static_cast<float>(s.dim));
+    const std::uint64_t stream = p > 0.0f && !g.planning() ? g.random_stream() : 0;
+    const auto layout = [&](int part) {
+      return detail::HeadLayout{time, s.heads, s.dim, 3 * s.features, part * s.features};
+    };
+    // Saved for backward: Q, K, V per head, P (and dropout(P)); the output.
+    G* q = g.template scratch<G>(per_head);
+    G* k = g.template scratch<G>(per_head);
+    G* v = g.template scratch<G>(per_head);
+    G* probs = g.template scratch<G>(scores);
+    G* dropped = p > 0.0f ? g.template scratch<G>(scores) : probs;
+    Var<T> y = g.template tensor<T>(Shape{batch, time, s.features});
+    {
+      Temporaries<P, B> temp(g);
+      G* parts[3] = {q, k, v};
+      for (int part = 0; part < 3; ++part) for_each(ctx, head_rows, detail::ToHeadsOp<T, G>{qkv.data, parts[part], layout(part)});
+      S* sc = g.template scratch<S>(scores);
+      const GemmBatch qk{n, time * s.dim, time * s.dim, time * time};
+      gemm_batched(ctx, Matrix<const G>(q, time, s.dim, s.dim), transpose::no, Matrix<const G>(k, time, s.dim, s.dim),
+                   transpose::yes, Matrix<S>(sc, time, time, time), qk, alpha);
+      for_each(ctx, static_cast<std::size_t>(n * time),
+               detail::CausalSoftmaxOp<C, S, G>{sc, probs, dropped, time, stream, p, 1.0f / (1.0f - p)});
+      T* heads_out = g.template scratch<T>(per_head);
+      const GemmBatch pv{n, time * time, time * s.dim, time * s.dim};
+      gemm_batched(ctx, Matrix<const G>(dropped, time, time, time), transpose::no, Matrix<const G>(v, time, s.dim, s.dim),
+                   transpose::no, Matrix<T>(heads_out, time, s.dim, s.dim), pv);
+      const detail::HeadLayout merged{time, s.heads, s.dim, s.features, 0};
+      for_each(ctx, head_rows, detail::FromHeadsOp<T, T>{heads_out, y.data, merged, false});
+    }
+    g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, qkv, y, q, k, v, probs, dropped, stream, p, alpha); });
+    return y;
+  }
+
+  static void backward(Graph<P, B>& g, const Spec& s, Var<T> qkv, Var<T> y, const G* q, const G* k, const G* v,
+                       const G* probs, const G* dropped, std::uint64_t stream, float p, float alpha) {
+    const T* dy = g.grad(y);
+    if (!dy) return;
+    auto& ctx = g.context();
+    const std::int64_t batch = qkv.shape[0], time = qkv.shape[1], n = batch * s.heads;
+    const auto per_head = static_cast<std::size_t>(n * time * s.dim), scores = static_cast<std::size_t>(n * time * time);
+    const auto head_rows = static_cast<std::size_t>(n * time);
+    const GradOut<T> dqkv = g.grad_out(qkv);
+    if (!dqkv) return;
+    Temporaries<P, B> temp(g);
+    // dY per head, in the GEMM type.
+    G* dh = g.template scratch<G>(per_head);
+    const detail::HeadLayout merged{time, s.heads, s.dim, s.features, 0};
+    for_each(ctx, head_rows, detail::ToHeadsOp<T, G>{dy, dh, merged});
+    const Matrix<const G> dY(dh, time, s.dim, s.dim), Q(q, time, s.dim, s.dim), K(k, time, s.dim, s.dim),
+        V(v, time, s.dim, s.dim);
+    const GemmBatch tt{n, time * s.dim, time * s.dim, time * time};   // [t x d] [t x d]^T -> [t x t]
+    const GemmBatch td{n, time * time, time * s.dim, time * s.dim};   // [t x t] [t x d] -> [t x d]
+    // dPd = dY V^T (fp32); dS = softmax'(dropout'(dPd)), in the GEMM type.
+    float* d_dropped = g.template scratch<float>(scores);
+    gemm_batched(ctx, dY, transpose::no, V, transpose::yes, Matrix<float>(d_dropped, time, time, time), tt);
+    G* ds = g.template scratch<G>(scores);
+    for_each(ctx, static_cast<std::size_t>(n * time),
+             detail::CausalSoftmaxGradOp<C, G>{d_dropped, probs, ds, time, stream, p, 1.0f / (1.0f - p)});
+    // dQ = alpha dS K, dK = alpha dS^T Q, dV = Pd^T dY; each into its block of dqkv.
+    T* d_part = g.template scratch<T>(per_head);
+    const Matrix<const G> dS(ds, time, time, time), Pd(dropped, time, time, time);
+    const Matrix<T> out(d_part, time, s.dim, s.dim);
+    for (int part = 0; part < 3; ++part) {
+      if (part == 0) gemm_batched(ctx, dS, transpose::no, K, transpose::no, out, td, alpha);
+      else if (part == 1) gemm_batched(ctx, dS, transpose::yes, Q, transpose::no, out, td, alpha);
+      else gemm_batched(ctx, Pd, transpose::yes, dY, transpose::no, out, td);
+      const detail::HeadLayout block{time, s.heads, s.dim, 3 * s.features, part * s.features};
+      for_each(ctx, head_rows, detail::FromHeadsOp<T, T>{d_part, dqkv.data, block, dqkv.accumulate});
+    }
+  }
+
+  std::string name_;
+  Linear<P, B> qkv_, proj_;
+  Spec s_;
+};
+
+}  // namespace amp::nn

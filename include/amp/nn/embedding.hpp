@@ -1,0 +1,174 @@
+#pragma once
+// Token embedding with an optional learned positional embedding, and the
+// output projection tied to the token table (GPT-2's logits = h W_tok^T):
+// both uses add into the one gradient. Token ids are int32 in [0, vocab); on
+// the host an id outside is an amp::Error, on the GPU its row reads as zeros.
+// The table's gradient is summed per column in a fixed order in fp32 and
+// rounded once, so it is deterministic on every backend.
+#include <string>
+#include <type_traits>
+
+#include "amp/backend/gemm.hpp"
+#include "amp/nn/init.hpp"
+#include "amp/nn/module.hpp"
+#include "amp/nn/ops.hpp"
+
+namespace amp::nn {
+
+namespace detail {
+// y[r, c] = table[id[r], c] + positions[r % time, c].
+template <class W, class T>
+struct EmbedOp {
+  const std::int32_t* ids;
+  const W* table;
+  const W* positions;  // nullptr: none
+  std::int64_t vocab, features, time;
+  T* y;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+    const std::int64_t r = static_cast<std::int64_t>(i) / features, c = static_cast<std::int64_t>(i) % features;
+    const std::int32_t id = ids[r];
+    float v = id >= 0 && id < vocab ? cast<float>(table[id * features + c]) : 0.0f;
+    if (positions) v += cast<float>(positions[(r % time) * features + c]);
+    y[i] = cast<T>(v);
+  }
+};
+
+// Column c of the table's gradient: dy summed over the rows with each id, in
+// row order, in fp32 (sums[v, c]), then added to the gradient, rounded once.
+template <class T, class GW>
+struct EmbedGradOp {
+  const std::int32_t* ids;
+  const T* dy;
+  std::int64_t rows, vocab, features;
+  float* sums;  // [vocab x features]
+  GW* grad;
+  AMP_HOST_DEVICE void operator()(std::size_t c) const {
+    for (std::int64_t v = 0; v < vocab; ++v) sums[v * features + static_cast<std::int64_t>(c)] = 0.0f;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const std::int32_t id = ids[r];
+      if (id >= 0 && id < vocab) sums[id * features + static_cast<std::int64_t>(c)] += cast<float>(dy[r * features + static_cast<std::int64_t>(c)]);
+    }
+    for (std::int64_t v = 0; v < vocab; ++v) {
+      const std::int64_t k = v * features + static_cast<std::int64_t>(c);
+      grad[k] = cast<GW>(cast<float>(grad[k]) + sums[k]);
+    }
+  }
+};
+
+// positions' gradient[t, c] += sum over the batch of dy[b, t, c].
+template <class T, class GW>
+struct PositionGradOp {
+  const T* dy;
+  std::int64_t batch, time, features;
+  GW* grad;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+    float acc = 0.0f;
+    for (std::int64_t b = 0; b < batch; ++b) acc += cast<float>(dy[b * time * features + static_cast<std::int64_t>(i)]);
+    grad[i] = cast<GW>(cast<float>(grad[i]) + acc);
+  }
+};
+}  // namespace detail
+
+template <class P, class B>
+class Embedding {
+  static_assert(Policy<P> && Backend<B>);
+
+ public:
+  using T = typename P::activation_type;
+  using W = typename P::param_type;
+  using G = typename P::template compute_type<op::gemm>;
+  using GW = typename P::grad_type;
+
+  struct Config {
+    std::int64_t vocab = 0;
+    std::int64_t features = 0;
+    std::int64_t max_positions = 0;  // > 0: a learned positional embedding for that many positions
+    float init_std = 0.02f;          // normal(0, init_std), as GPT-2
+  };
+
+  Embedding(Builder<P, B> b, const Config& cfg) : name_(b.prefix()) {
+    AMP_REQUIRE(cfg.vocab > 0 && cfg.features > 0 && cfg.max_positions >= 0 && cfg.init_std >= 0, "Embedding '",
+                name_, "': need vocab > 0, features > 0, max_positions >= 0 and init_std >= 0");
+    s_.vocab = cfg.vocab, s_.features = cfg.features, s_.max_positions = cfg.max_positions;
+    s_.table = b.template param<role::weight>("weight", {cfg.vocab, cfg.features}, Init::normal(cfg.init_std));
+    if (cfg.max_positions > 0)
+      s_.positions = b.template param<role::weight>("positions", {cfg.max_positions, cfg.features},
+                                                    Init::normal(cfg.init_std));
+  }
+
+  // ids [batch, time] -> [batch, time, features].
+  Var<T> operator()(Graph<P, B>& g, Var<std::int32_t> ids) const {
+    AMP_REQUIRE(ids.shape.rank() == 2 && (s_.max_positions == 0 || ids.shape[1] <= s_.max_positions), "Embedding '",
+                name_, "': ids ", ids.shape.str(), " are not [batch x time] with time <= ", s_.max_positions);
+    if constexpr (std::is_same_v<B, host>) {
+      if (!g.planning())
+        for (std::size_t i = 0; i < ids.size(); ++i)
+          AMP_REQUIRE(ids.data[i] >= 0 && ids.data[i] < s_.vocab, "Embedding '", name_, "': token id ", ids.data[i],
+                      " at position ", i, " is outside [0, ", s_.vocab, ")");
+    }
+    return forward(g, s_, ids);
+  }
+
+  // The tied output projection: h [.., features] -> logits [.., vocab] = h W^T.
+  Var<T> logits(Graph<P, B>& g, Var<T> h) const {
+    AMP_REQUIRE(h.shape.rank() >= 1 && h.cols() == s_.features, "Embedding '", name_, "': logits of ", h.shape.str(),
+                ", which does not end in ", s_.features, " features");
+    return project(g, s_, h);
+  }
+
+  Param<role::weight> weight() const { return s_.table; }
+
+ private:
+  struct Spec {
+    std::int64_t vocab = 0, features = 0, max_positions = 0;
+    Param<role::weight> table, positions;
+  };
+
+  static Var<T> forward(Graph<P, B>& g, const Spec& s, Var<std::int32_t> ids) {
+    const std::int64_t batch = ids.shape[0], time = ids.shape[1];
+    Var<T> y = g.template tensor<T>(Shape{batch, time, s.features});
+    auto& params = g.params();
+    const W* positions = s.max_positions > 0 ? params.values(s.positions).data : nullptr;
+    for_each(g.context(), y.size(),
+             detail::EmbedOp<W, T>{ids.data, params.values(s.table).data, positions, s.vocab, s.features, time, y.data});
+    g.on_backward([=](Graph<P, B>& gb) {
+      const T* dy = gb.grad(y);
+      if (!dy) return;
+      auto& ps = gb.params();
+      Temporaries<P, B> temp(gb);
+      float* sums = gb.template scratch<float>(static_cast<std::size_t>(s.vocab * s.features));
+      for_each(gb.context(), static_cast<std::size_t>(s.features),
+               detail::EmbedGradOp<T, GW>{ids.data, dy, batch * time, s.vocab, s.features, sums, ps.grads(s.table).data});
+      if (s.max_positions > 0)
+        for_each(gb.context(), static_cast<std::size_t>(time * s.features),
+                 detail::PositionGradOp<T, GW>{dy, batch, time, s.features, ps.grads(s.positions).data});
+    });
+    return y;
+  }
+
+  static Var<T> project(Graph<P, B>& g, const Spec& s, Var<T> h) {
+    const std::int64_t rows = h.rows();
+    Var<T> y = g.template tensor<T>(h.shape.with(-1, s.vocab));
+    const Matrix<const G> hg(as_type<G>(g, h.data, h.size()), rows, s.features, s.features);
+    const Matrix<const G> w(g.params().template as<G>(s.table).data, s.vocab, s.features, s.features);
+    gemm(g.context(), hg, transpose::no, w, transpose::yes, y.matrix());
+    g.on_backward([=](Graph<P, B>& gb) {
+      const T* dy = gb.grad(y);
+      if (!dy) return;
+      auto& ctx = gb.context();
+      const GradOut<T> dh = gb.grad_out(h);
+      Temporaries<P, B> temp(gb);
+      const Matrix<const G> dyg(as_type<G>(gb, dy, y.size()), rows, s.vocab, s.vocab);
+      gemm(ctx, dyg, transpose::yes, hg, transpose::no, matrix(gb.params().grads(s.table).data, s.vocab, s.features),
+           GemmEpilogue<GW>{.beta = 1.0f});  // adds to the embedding's own contribution
+      if (dh) gemm(ctx, dyg, transpose::no, w, transpose::no, matrix(dh.data, rows, s.features),
+                   GemmEpilogue<T>{.beta = dh.accumulate ? 1.0f : 0.0f});
+    });
+    return y;
+  }
+
+  std::string name_;
+  Spec s_;
+};
+
+}  // namespace amp::nn

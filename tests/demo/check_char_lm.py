@@ -1,0 +1,62 @@
+"""Runs char_lm briefly (40 steps) on the fortunes files at O0, O2 and O1-bf16 and checks that every level
+learns (the validation loss falls far below the uniform guess, ln vocab), that the mixed levels track O0, and
+that the JSON summary, the CSV and the sample are complete; then what the program does with bad input."""
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+binary, data = sys.argv[1], sys.argv[2]
+if not os.path.isdir(data):
+    print(f"[amp-skip] the fortunes files are not at {data} (apt-get install fortunes)")
+    sys.exit(0)
+
+
+def run(*args):
+    return subprocess.run([binary, "--device", "cpu", *args], capture_output=True, text=True)
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    # Bad input: a clear message naming what was wrong, exit code 2, nothing written.
+    (open(os.path.join(tmp, "short"), "w")).write("too short")
+    os.mkdir(os.path.join(tmp, "empty"))
+    json_path = os.path.join(tmp, "out.json")
+    for args, message in ((["--width", "130"], "--width (130) must be a multiple of --heads (4)"),
+                          (["--data", "/nonexistent"], "corpus folder '/nonexistent' not found"),
+                          (["--data", os.path.join(tmp, "empty")], "has no text files"),
+                          (["--data", tmp], "holds only 9 bytes of text"),
+                          (["--eval-batches", "100000"], "is too short for --eval-batches 100000"),
+                          (["--steps", "0"], "--steps must be an integer in [1, 10000000], got '0'")):
+        r = run(*args, "--json", json_path)
+        assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
+        assert not os.path.exists(json_path), args
+
+    steps, levels = 40, ["O0", "O2", "O1-bf16"]
+    csv_path = os.path.join(tmp, "steps.csv")
+    r = run("--data", data, "--steps", str(steps), "--eval-interval", "20", "--eval-batches", "4", "--sample", "30",
+            "--opt-level", ",".join(levels), "--json", json_path, "--csv", csv_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+    print(r.stdout)
+    summary = json.load(open(json_path))
+    assert summary["complete"] and summary["program"] == "char_lm" and summary["data_files"], summary.keys()
+    assert 2.0 < summary["unigram_entropy"] < 5.0, summary["unigram_entropy"]
+    got = {lv["opt_level"]: lv for lv in summary["levels"]}
+    assert list(got) == levels, list(got)
+    uniform = math.log(summary["vocab"])
+    for name, lv in got.items():
+        for key in ("val_loss", "train_loss", "tokens_per_second", "peak_bytes", "skipped_steps", "final_loss_scale",
+                    "sample"):
+            assert key in lv, (name, key)
+        assert lv["val_loss"] < uniform - 1.0, (name, lv["val_loss"], uniform)  # learnt: ~3.3 vs ln 114 = 4.7
+        assert abs(lv["val_loss"] / got["O0"]["val_loss"] - 1) < 0.03, (name, lv["val_loss"], got["O0"]["val_loss"])
+        assert len(lv["sample"]) == 30 and lv["tokens_per_second"] > 0 and lv["peak_bytes"]["total"] > 0, name
+        assert [e["step"] for e in lv["epochs"]] == [20, 40], lv["epochs"]
+        assert lv["allocations_in_loop"] == 0, (name, lv["allocations_in_loop"])
+    assert got["O0"]["final_loss_scale"] == 1 and got["O2"]["final_loss_scale"] >= 1, got["O2"]["final_loss_scale"]
+    rows = list(csv.DictReader(open(csv_path)))
+    assert len(rows) == steps * len(levels), len(rows)
+    assert all(math.isfinite(float(row["loss"])) for row in rows)
+print("char_lm check passed")
