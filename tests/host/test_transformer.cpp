@@ -146,3 +146,15 @@ TEST_CASE_TEMPLATE("fp16 transformer training goes through an injected overflow:
   CHECK(last < 0.5f * first);
   CHECK(opt.steps() == 65);
 }
+
+TEST_CASE("a token id outside the vocabulary is an error naming the id, its position and the range") {
+  Context<host> ctx;
+  nn::Model<O0Policy, host, Gpt<O0Policy, host>> model(ctx, {.max_batch = 1, .seed = 1});
+  auto ids = token_ids(1, 3);
+  ids[5] = kVocab;  // one past the end
+  CHECK_THROWS_WITH_AS(model.forward(ctx, TensorView<const std::int32_t>(ids.data(), Shape{1, kTime})),
+                       doctest::Contains("token id 13 at position 5 is outside [0, 13)"), Error);
+  ids[5] = -1;
+  CHECK_THROWS_WITH_AS(model.forward(ctx, TensorView<const std::int32_t>(ids.data(), Shape{1, kTime})),
+                       doctest::Contains("token id -1 at position 5 is outside [0, 13)"), Error);
+}
