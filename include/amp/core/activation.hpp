@@ -16,7 +16,10 @@ namespace detail {
 // library calls, and both backends run the same formula (Cephes' polynomial).
 AMP_HOST_DEVICE inline float exp_poly(float x) {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);  // compares, not fminf/fmaxf: those stay library calls
-  const float n = floorf(x * 1.44269504088896341f + 0.5f);
+  // n = round(x log2 e) by the 1.5 x 2^23 trick: floorf does not vectorise
+  // (it must not raise "inexact"), and any nearby integer serves the reduction.
+  const float magic = 12582912.0f;
+  const float n = (x * 1.44269504088896341f + magic) - magic;
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;  // x - n ln2, ln2 in two parts
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;

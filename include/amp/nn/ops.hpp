@@ -21,13 +21,14 @@ AMP_HOST_DEVICE inline void store_grad(T* out, std::size_t i, float v, bool accu
 // dx (+)= f'(x, y) dy, rounded through the compute type C.
 template <class Fn, class C, class T>
 struct ActivationGradOp {
-  const T* x;  // nullptr when Fn's backward reads only y
+  const T* x;  // read only when Fn's backward uses its input (else nullptr)
   const T* y;
   const T* dy;
   T* dx;
   bool accumulate;
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    const float g = round_to<C>(Fn::backward(x ? cast<float>(x[i]) : 0.0f, cast<float>(y[i]), cast<float>(dy[i])));
+    const float in = Fn::backward_uses_input ? cast<float>(x[i]) : 0.0f;  // a constant: the loop vectorises
+    const float g = round_to<C>(Fn::backward(in, cast<float>(y[i]), cast<float>(dy[i])));
     store_grad(dx, i, g, accumulate);
   }
 };
