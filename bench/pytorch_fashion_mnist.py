@@ -2,7 +2,7 @@
 maxpool, 3136-128-10; cross-entropy, SGD lr 0.05 momentum 0.9, batch 128): median epoch seconds and test accuracy
 per mode, one JSON line each.
 
-usage: pytorch_fashion_mnist.py DATA_DIR EPOCHS [cpu|cuda] [mlp|cnn]
+usage: pytorch_fashion_mnist.py DATA_DIR EPOCHS [cpu|cuda] [mlp|cnn] [SEED (1)] [MODES (all, or e.g. fp32)]
   cpu:  fp32 and bf16 autocast
   cuda: fp32, fp16 autocast with GradScaler (PyTorch's AMP) and bf16 autocast"""
 import contextlib
@@ -33,7 +33,7 @@ def make_model(kind):
                          nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def main(data_dir, epochs, device, kind):
+def main(data_dir, epochs, device, kind, seed=1, only="all"):
     load = lambda name: idx(f"{data_dir}/{name}.gz")
     shape = (-1, 784) if kind == "mlp" else (-1, 1, 28, 28)
     norm = lambda x: torch.from_numpy(((x.reshape(shape) / 255.0 - 0.2860) / 0.3530).astype(np.float32))
@@ -43,9 +43,11 @@ def main(data_dir, epochs, device, kind):
     modes = {"fp32": None, "bf16-autocast": torch.bfloat16}
     if device == "cuda":
         modes = {"fp32": None, "fp16-amp": torch.float16, "bf16-autocast": torch.bfloat16}
+    if only != "all":
+        modes = {m: modes[m] for m in only.split(",")}
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     for mode, dtype in modes.items():
-        torch.manual_seed(1)
+        torch.manual_seed(seed)
         model = make_model(kind).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         fp16 = dtype == torch.float16
@@ -72,10 +74,12 @@ def main(data_dir, epochs, device, kind):
         with torch.no_grad(), autocast():
             acc = sum((model(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item()
                       for i in range(0, len(xte), 1000)) / len(xte)
-        print(json.dumps({"mode": mode, "device": device, "model": kind, "epoch_seconds": statistics.median(times),
+        print(json.dumps({"mode": mode, "device": device, "model": kind, "seed": seed,
+                          "epoch_seconds": statistics.median(times),
                           "test_accuracy": acc, "train_images": len(xtr)}), flush=True)
 
 
 if __name__ == "__main__":
     main(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "cpu",
-         sys.argv[4] if len(sys.argv) > 4 else "mlp")
+         sys.argv[4] if len(sys.argv) > 4 else "mlp", int(sys.argv[5]) if len(sys.argv) > 5 else 1,
+         sys.argv[6] if len(sys.argv) > 6 else "all")

@@ -5,7 +5,7 @@ set -euo pipefail
 
 need_pkgs=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for pkg in cmake g++ make doctest-dev libdnnl-dev zlib1g-dev dataset-fashion-mnist fortunes python3 python3-matplotlib "$@"; do
+for pkg in cmake g++ make doctest-dev libdnnl-dev zlib1g-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist fortunes python3 python3-matplotlib "$@"; do
   have "$pkg" || need_pkgs+=("$pkg")
 done
 if ((${#need_pkgs[@]})); then

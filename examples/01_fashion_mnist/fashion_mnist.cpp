@@ -4,7 +4,8 @@
 // category side by side, the parameter table with its storage types, and a JSON
 // summary and a per-step CSV that scripts/plot.py draws. Checkpoints at each
 // epoch end (--save), exact resume (--resume), and weights to and from PyTorch
-// as safetensors (--export, --import).
+// as safetensors (--export, --import). Data parallel over MPI (and NCCL on
+// GPUs) with --distributed yes under mpirun: --batch-size is per rank.
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,11 @@
 #include <amp/data/loader.hpp>
 #include <amp/io/checkpoint.hpp>
 #include <amp/io/safetensors.hpp>
+#if defined(AMP_EXAMPLE_PARALLEL)
+#include <optional>
+
+#include <amp/parallel.hpp>
+#endif
 
 #include "common/args.hpp"
 #include "common/json.hpp"
@@ -31,6 +37,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kClasses = 10;
+
+// --distributed: this process's rank and the MPI communicator (host memory;
+// the GPU path builds its NCCL communicator on it for each level's context).
+struct Distributed {
+  int rank = 0, ranks = 1;
+#if defined(AMP_EXAMPLE_PARALLEL)
+  std::optional<amp::parallel::MpiEnvironment> mpi;
+  std::optional<amp::parallel::MpiCommunicator> comm;
+#endif
+  bool leader() const { return rank == 0; }
+};
+Distributed dist;
 
 // The recipes, as torch.nn.Sequential would write them (names match PyTorch's).
 template <amp::Policy P, amp::Backend B>
@@ -48,15 +66,16 @@ Mlp<P, B> make_mlp(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed)
                    {.in_features = 128, .out_features = kClasses});
 }
 
+// sync: SyncBatchNorm's communicator (nullptr: BatchNorm over this process's batch).
 template <amp::Policy P, amp::Backend B>
-Cnn<P, B> make_cnn(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed) {
+Cnn<P, B> make_cnn(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed, amp::Collective<B>* sync = nullptr) {
   using amp::activation;
   constexpr auto torch_init = amp::nn::initializer::torch_default;  // the PyTorch recipe starts as PyTorch does
   return Cnn<P, B>(ctx, {.max_batch = batch, .seed = seed, .inputs = {{amp::Shape{28, 28, 1}}}},
-                   {.in_channels = 1, .out_channels = 32, .kernel = 3, .padding = 1, .init = torch_init}, {.features = 32},
-                   {}, {.kernel = 2},
+                   {.in_channels = 1, .out_channels = 32, .kernel = 3, .padding = 1, .init = torch_init},
+                   {.features = 32, .sync = sync}, {}, {.kernel = 2},
                    {.in_channels = 32, .out_channels = 64, .kernel = 3, .padding = 1, .init = torch_init},
-                   {.features = 64}, {}, {.kernel = 2}, {},
+                   {.features = 64, .sync = sync}, {}, {.kernel = 2}, {},
                    {.in_features = 3136, .out_features = 128, .act = activation::relu, .init = torch_init},
                    {.in_features = 128, .out_features = kClasses, .init = torch_init});
 }
@@ -193,7 +212,7 @@ void progress(const Settings& s, const std::string& level, int epoch, std::int64
   const int filled = static_cast<int>(20 * (b + 1) / batches);
   std::printf("\r  %-7s %2d/%-2d [%s%s] %4lld/%-4lld %7.0f/s loss %.4f scale %-8g", level.c_str(), epoch, s.epochs,
               std::string(filled, '#').c_str(), std::string(20 - filled, '.').c_str(), static_cast<long long>(b + 1),
-              static_cast<long long>(batches), (b + 1) * s.batch / std::max(seconds, 1e-9), loss, scale);
+              static_cast<long long>(batches), (b + 1) * s.batch * dist.ranks / std::max(seconds, 1e-9), loss, scale);
   std::fflush(stdout);
 }
 
@@ -218,7 +237,7 @@ std::vector<ParamRow> parameter_rows(const amp::nn::ParameterStore<P, B>& store)
 
 template <amp::Policy P, amp::Backend B, class Opt, class Model>
 LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledImages& train_set,
-                  const amp::data::LabelledImages& test_set, const Settings& s) {
+                  const amp::data::LabelledImages& test_set, const Settings& s, amp::Collective<B>* comm) {
   namespace nn = amp::nn;
   Opt opt = [&] {
     if constexpr (std::is_same_v<Opt, amp::optim::SGD<P, B>>)
@@ -226,9 +245,16 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
     else
       return Opt(model.parameters(), {.lr = s.lr});
   }();
+#if defined(AMP_EXAMPLE_PARALLEL)
+  // Rank 0's weights to every rank; gradients summed over the ranks before each step's check.
+  std::optional<amp::parallel::DataParallel<Opt>> ddp;
+  if (comm) ddp.emplace(*comm, opt);
+#endif
   const amp::data::Layout layout = s.model == "cnn" ? amp::data::Layout::image : amp::data::Layout::flat;
+  // Each rank its shard of every global batch of batch x ranks samples.
   amp::data::Loader<float, B> train_data(ctx, train_set, {.batch_size = s.batch, .seed = s.seed, .mean = s.mean,
-                                                          .stddev = s.stddev, .layout = layout});
+                                                          .stddev = s.stddev, .layout = layout, .rank = dist.rank,
+                                                          .ranks = dist.ranks});
   amp::data::Loader<float, B> test_data(ctx, test_set, {.batch_size = s.batch, .shuffle = false, .mean = s.mean,
                                                         .stddev = s.stddev, .layout = layout});
   amp::Buffer<StepRecord, B> records(ctx, static_cast<std::size_t>(train_data.batches()), amp::memory_kind::workspace);
@@ -264,7 +290,7 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
       opt.step();
       examples::record_step(ctx, records, b, loss, opt);
       if (epoch == done + 1 && b == 0) allocations_after_first_step = ctx.memory().allocations();
-      if (s.tty && (b % 25 == 0 || b + 1 == train_data.batches())) {
+      if (s.tty && dist.leader() && (b % 25 == 0 || b + 1 == train_data.batches())) {
         const StepRecord rec = amp::download_one(ctx, static_cast<const StepRecord*>(records.data() + b));
         progress(s, r.level, epoch, b, train_data.batches(),
                  std::chrono::duration<double>(Clock::now() - start).count(), rec.loss, rec.scale);
@@ -285,13 +311,14 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
                      recs.back().skipped, recs.back().scale};
     r.epochs.push_back(e);
     r.skipped = e.skipped_total;
-    std::printf("%s  %-7s %2d/%-2d %6.2f s %7.0f/s loss %.4f acc %.4f skipped %lld (total %lld)%s\n",
+    if (dist.leader())
+      std::printf("%s  %-7s %2d/%-2d %6.2f s %7.0f/s loss %.4f acc %.4f skipped %lld (total %lld)%s\n",
                 s.tty ? "\r" : "", r.level.c_str(), epoch, s.epochs, secs, train_data.size() / secs, e.train_loss,
                 e.test_accuracy, e.skipped, e.skipped_total, s.tty ? "   " : "");
     std::fflush(stdout);
-    if (!s.save.empty()) amp::io::save(s.save, model, opt, run_state(s, r, train_data));
+    if (!s.save.empty() && dist.leader()) amp::io::save(s.save, model, opt, run_state(s, r, train_data));
   }
-  if (!s.export_to.empty()) amp::io::export_safetensors(s.export_to, model.parameters());
+  if (!s.export_to.empty() && dist.leader()) amp::io::export_safetensors(s.export_to, model.parameters());
   r.allocations_in_loop = static_cast<long long>(ctx.memory().allocations() - allocations_after_first_step);
   r.accuracy = r.epochs.back().test_accuracy;
   std::sort(epoch_times.begin(), epoch_times.end());
@@ -307,21 +334,41 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
 
 template <amp::Policy P, amp::Backend B, class Model>
 LevelResult run_model(amp::Context<B>& ctx, Model& model, const amp::data::LabelledImages& tr,
-                      const amp::data::LabelledImages& te, const Settings& s) {
-  if (s.optimizer == "sgd") return train<P, B, amp::optim::SGD<P, B>>(ctx, model, tr, te, s);
-  if (s.optimizer == "adam") return train<P, B, amp::optim::Adam<P, B>>(ctx, model, tr, te, s);
-  return train<P, B, amp::optim::AdamW<P, B>>(ctx, model, tr, te, s);
+                      const amp::data::LabelledImages& te, const Settings& s, amp::Collective<B>* comm) {
+  if (s.optimizer == "sgd") return train<P, B, amp::optim::SGD<P, B>>(ctx, model, tr, te, s, comm);
+  if (s.optimizer == "adam") return train<P, B, amp::optim::Adam<P, B>>(ctx, model, tr, te, s, comm);
+  return train<P, B, amp::optim::AdamW<P, B>>(ctx, model, tr, te, s, comm);
 }
 
 template <amp::Policy P, amp::Backend B>
 LevelResult run_level(amp::Context<B>& ctx, const amp::data::LabelledImages& tr, const amp::data::LabelledImages& te,
-                      const Settings& s) {
+                      const Settings& s, amp::Collective<B>* comm) {
   if (s.model == "cnn") {
-    auto model = make_cnn<P>(ctx, s.batch, s.seed);
-    return run_model<P>(ctx, model, tr, te, s);
+    auto model = make_cnn<P>(ctx, s.batch, s.seed, comm);  // SyncBatchNorm when distributed
+    return run_model<P>(ctx, model, tr, te, s, comm);
   }
   auto model = make_mlp<P>(ctx, s.batch, s.seed);
-  return run_model<P>(ctx, model, tr, te, s);
+  return run_model<P>(ctx, model, tr, te, s, comm);
+}
+
+// The level on this context: alone, or as one rank of the job (MPI on the
+// CPU, NCCL bootstrapped over MPI on the GPU).
+template <amp::Policy P, amp::Backend B>
+LevelResult run_rank(amp::Context<B>& ctx, const amp::data::LabelledImages& tr, const amp::data::LabelledImages& te,
+                     const Settings& s) {
+#if defined(AMP_EXAMPLE_PARALLEL)
+  if (dist.comm) {
+    if constexpr (std::is_same_v<B, amp::host>) {
+      return run_level<P>(ctx, tr, te, s, &*dist.comm);
+    } else {
+      amp::parallel::NcclCommunicator nccl(*dist.comm, ctx);
+      LevelResult r = run_level<P>(ctx, tr, te, s, &nccl);
+      nccl.synchronize();
+      return r;
+    }
+  }
+#endif
+  return run_level<P>(ctx, tr, te, s, static_cast<amp::Collective<B>*>(nullptr));
 }
 
 std::string data_file(const std::string& dir, const std::string& name) {
@@ -386,9 +433,11 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
                     std::int64_t train_images, const std::vector<LevelResult>& results, bool complete) {
   examples::Json j;
   j.object().field("program", "fashion_mnist").field("amp_version", AMP_VERSION_STRING).field("complete", complete);
+  j.field("world_size", dist.ranks);
   j.field("device", device).field("device_details", details);
   j.key("settings").object().field("model", s.model).field("optimizer", s.optimizer).field("lr", s.lr);
   j.field("momentum", s.optimizer == "sgd" ? s.momentum : 0.0f).field("batch_size", static_cast<long long>(s.batch));
+  j.field("global_batch_size", static_cast<long long>(s.batch * dist.ranks));
   j.field("epochs", s.epochs).field("seed", static_cast<unsigned long long>(s.seed)).field("data", s.data);
   j.field("train_subset", static_cast<long long>(s.train_subset)).field("train_images", static_cast<long long>(train_images));
   j.field("threads", s.threads).field("input_mean", s.mean).field("input_std", s.stddev);
@@ -457,7 +506,7 @@ int main(int argc, char** argv) try {
       .flag("optimizer", "sgd", "sgd|adam|adamw", "NAME")
       .flag("lr", "0.05", "learning rate", "X")
       .flag("momentum", "0.9", "SGD momentum", "X")
-      .flag("batch-size", "128", "mini-batch size (the last partial batch is kept)", "N")
+      .flag("batch-size", "128", "mini-batch size per process (the last partial batch is kept)", "N")
       .flag("epochs", "10", "training epochs", "N")
       .flag("seed", "1", "seed of the initialisation and the shuffling", "N")
       .flag("train-subset", "0", "train on the first N images only (0: all 60000)", "N")
@@ -468,8 +517,20 @@ int main(int argc, char** argv) try {
       .flag("resume", "", "resume from a --save checkpoint and train on to --epochs", "FILE")
       .flag("export", "", "write the trained weights as safetensors (PyTorch's names) to FILE", "FILE")
       .flag("import", "", "start from the weights in a safetensors FILE (e.g. from PyTorch)", "FILE")
-      .flag("summary", "no", "yes: print each level's parameters with their storage types", "yes|no");
+      .flag("summary", "no", "yes: print each level's parameters with their storage types", "yes|no")
+      .flag("distributed", "no", "yes: one rank of an MPI job (mpirun -np N ...); --batch-size is per rank", "yes|no");
   if (!args.parse(argc, argv)) return 0;
+  AMP_REQUIRE(args.str("distributed") == "yes" || args.str("distributed") == "no", "--distributed must be yes or no, "
+              "got '", args.str("distributed"), "'");
+  if (args.str("distributed") == "yes") {
+#if defined(AMP_EXAMPLE_PARALLEL)
+    dist.mpi.emplace(argc, argv);
+    dist.comm.emplace();
+    dist.rank = dist.comm->rank(), dist.ranks = dist.comm->size();
+#else
+    amp::fail("--distributed: this program was built without MPI (install libopenmpi-dev and rebuild)");
+#endif
+  }
   Settings s;
   s.model = args.str("model");
   AMP_REQUIRE(s.model == "mlp" || s.model == "cnn", "--model must be mlp or cnn, got '", s.model, "'");
@@ -485,6 +546,9 @@ int main(int argc, char** argv) try {
   s.seed = static_cast<std::uint64_t>(args.integer("seed", 0, std::numeric_limits<long long>::max()));
   s.train_subset = args.integer("train-subset", 0, std::numeric_limits<std::int32_t>::max());
   s.threads = static_cast<int>(args.integer("threads", 0, 4096));
+#if defined(AMP_EXAMPLE_PARALLEL)
+  if (dist.comm && s.threads == 0) s.threads = amp::parallel::threads_per_rank(*dist.comm);  // the cores, shared out
+#endif
   s.data = args.str("data");
   s.tty = isatty(fileno(stdout)) != 0;
   const auto levels = examples::parse_levels(args.str("opt-level"));
@@ -499,10 +563,9 @@ int main(int argc, char** argv) try {
   for (const auto& [flag, path] : {std::pair{"--save", s.save}, std::pair{"--export", s.export_to}})
     if (!path.empty()) amp::io::check_writable(path, flag);
   const bool gpu = examples::use_gpu(args.str("device"));
-  examples::Outputs outputs;  // refused now, not after hours of training
-  outputs.add("--json", args.str("json"));
-  outputs.add("--csv", args.str("csv"));
-  outputs.add("--predictions", args.str("predictions"));
+  examples::Outputs outputs;  // refused now, not after hours of training; rank 0 writes them
+  for (const char* flag : {"json", "csv", "predictions"})
+    if (dist.leader()) outputs.add(std::string("--") + flag, args.str(flag));
 
   const auto train_set = first(amp::data::read_idx_pair(data_file(s.data, "train-images-idx3-ubyte"),
                                                         data_file(s.data, "train-labels-idx1-ubyte"), kClasses),
@@ -518,9 +581,15 @@ int main(int argc, char** argv) try {
   examples::watch_interrupts();
   std::string device, details;
   std::vector<LevelResult> results;
-  std::printf("fashion_mnist: %s, %lld train / %lld test, %s lr %g, batch %lld, %d epochs\n", s.model.c_str(),
-              static_cast<long long>(train_set.count), static_cast<long long>(test_set.count), s.optimizer.c_str(),
-              s.lr, static_cast<long long>(s.batch), s.epochs);
+  if (dist.leader())
+    std::printf("fashion_mnist: %s, %lld train / %lld test, %s lr %g, batch %lld, %d epochs%s\n", s.model.c_str(),
+                static_cast<long long>(train_set.count), static_cast<long long>(test_set.count), s.optimizer.c_str(),
+                s.lr, static_cast<long long>(s.batch), s.epochs,
+                dist.ranks > 1 ? (", " + std::to_string(dist.ranks) + " ranks x batch " + std::to_string(s.batch) +
+                                  " = global batch " + std::to_string(dist.ranks * s.batch) + ", " +
+                                  std::to_string(std::max(s.threads, 1)) + " threads per rank")
+                                     .c_str()
+                               : "");
   auto write_outputs = [&](bool complete) {
     outputs.write([&](const std::string& flag) {
                     if (flag == "--json") return to_json(s, device, details, train_set.count, results, complete);
@@ -534,15 +603,15 @@ int main(int argc, char** argv) try {
       examples::with_context(gpu, s.threads, [&]<amp::Backend B>(amp::Context<B>& ctx) {
         device = examples::device_label(ctx);
         details = examples::device_details(ctx);
-        LevelResult r = run_level<P>(ctx, train_set, test_set, s);
+        LevelResult r = run_rank<P>(ctx, train_set, test_set, s);
         if (r.finished) results.push_back(std::move(r));
       });
     });
     if (examples::interrupted()) break;
     if (&level != &levels.back()) write_outputs(false);  // a finished level is kept, whatever happens next
   }
-  if (!results.empty()) print_tables(device, results);
-  if (args.str("summary") == "yes") print_parameters(results);
+  if (!results.empty() && dist.leader()) print_tables(device + (dist.ranks > 1 ? ", rank 0 of " + std::to_string(dist.ranks) : ""), results);
+  if (args.str("summary") == "yes" && dist.leader()) print_parameters(results);
   if (examples::interrupted()) {
     if (!results.empty()) write_outputs(false);
     std::printf("interrupted: kept the %zu finished level(s)%s\n", results.size(),
@@ -552,6 +621,10 @@ int main(int argc, char** argv) try {
   write_outputs(true);
   return 0;
 } catch (const std::exception& e) {
-  std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
+  if (dist.ranks > 1) std::fprintf(stderr, "fashion_mnist (rank %d of %d): %s\n", dist.rank, dist.ranks, e.what());
+  else std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
+#if defined(AMP_EXAMPLE_PARALLEL)
+  if (dist.mpi && dist.ranks > 1) dist.mpi->abort(2);  // the other ranks stop too, instead of waiting for this one
+#endif
   return 2;
 }

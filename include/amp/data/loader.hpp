@@ -4,6 +4,13 @@
 // planned for the batch size, so iterating allocates nothing. The last partial
 // batch is kept (a smaller batch, not dropped or padded). Batches come flat
 // [N, rows*cols] (for an MLP) or as channels-last images [N, rows, cols, 1].
+//
+// Data parallel (shard = {rank, ranks}): every rank draws the same permutation
+// (same seed) and global batch b holds batch_size x ranks samples of it; rank
+// r takes the r-th slice. So the ranks' batches together are exactly the batch
+// of one process with batch_size x ranks, in the same order. The last partial
+// global batch is split as evenly as it goes (the first ranks take one more),
+// and kept as in one process while it gives every rank a sample.
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -43,6 +50,8 @@ class Loader {
     float mean = 0.0f;  // normalisation of pixel / 255
     float stddev = 1.0f;
     Layout layout = Layout::flat;
+    int rank = 0;   // data parallel: this rank's shard of each global batch
+    int ranks = 1;
   };
 
   Loader(Context<B>& ctx, const LabelledImages& set, Options opt)
@@ -59,10 +68,18 @@ class Loader {
         gen_(opt.seed) {
     AMP_REQUIRE(opt.batch_size > 0, "Loader: batch_size must be positive, got ", opt.batch_size);
     AMP_REQUIRE(opt.stddev > 0, "Loader: stddev must be positive");
+    AMP_REQUIRE(opt.ranks >= 1 && opt.rank >= 0 && opt.rank < opt.ranks, "Loader: rank ", opt.rank, " of ", opt.ranks,
+                " ranks");
+    AMP_REQUIRE(set.count >= opt.ranks, "Loader: ", set.count, " samples cannot give each of ", opt.ranks,
+                " ranks one");
     std::iota(order_.begin(), order_.end(), 0);
   }
 
-  std::int64_t batches() const { return (set_->count + opt_.batch_size - 1) / opt_.batch_size; }
+  // Batches per epoch (global batches, the same count on every rank).
+  std::int64_t batches() const {
+    const std::int64_t global = opt_.batch_size * opt_.ranks, full = set_->count / global;
+    return full + (set_->count % global >= opt_.ranks ? 1 : 0);
+  }
   std::int64_t features() const { return features_; }
   std::int64_t size() const { return set_->count; }
 
@@ -77,9 +94,8 @@ class Loader {
   };
 
   Batch batch(std::int64_t b) {
-    const std::int64_t begin = b * opt_.batch_size;
-    const std::int64_t rows = std::min(opt_.batch_size, set_->count - begin);
-    AMP_REQUIRE(b >= 0 && rows > 0, "Loader: batch ", b, " of ", batches());
+    AMP_REQUIRE(b >= 0 && b < batches(), "Loader: batch ", b, " of ", batches());
+    const auto [begin, rows] = shard(b);
     const float a = 1.0f / (255.0f * opt_.stddev), c = -opt_.mean / opt_.stddev;
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t src = order_[static_cast<std::size_t>(begin + r)];
@@ -119,6 +135,14 @@ class Loader {
     AMP_REQUIRE(static_cast<bool>(rng >> gen), "Loader::set_state: unreadable random generator state");
     order_ = s.order;
     gen_ = gen;
+  }
+
+  // This rank's slice of global batch b: first sample (in the order) and count.
+  std::pair<std::int64_t, std::int64_t> shard(std::int64_t b) const {
+    const std::int64_t start = b * opt_.batch_size * opt_.ranks;
+    const std::int64_t global = std::min(opt_.batch_size * opt_.ranks, set_->count - start);
+    const std::int64_t base = global / opt_.ranks, extra = global % opt_.ranks, r = opt_.rank;
+    return {start + r * base + std::min<std::int64_t>(r, extra), base + (r < extra ? 1 : 0)};
   }
 
   // Host labels of the current batch order (for accuracy on the host).

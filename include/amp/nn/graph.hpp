@@ -75,8 +75,12 @@ class Tape {
     entries_.push_back({[](void* self, G& g) { (*static_cast<Fn*>(self))(g); },
                         [](void* self) { static_cast<Fn*>(self)->~Fn(); }, at});
   }
-  void run_backward(G& g) {
-    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) it->run(it->self, g);
+  template <class AfterEach>
+  void run_backward(G& g, AfterEach&& after_each) {
+    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
+      it->run(it->self, g);
+      after_each();
+    }
   }
   void clear() {
     for (auto& e : entries_) e.destroy(e.self);
@@ -199,7 +203,11 @@ class Graph {
   void backward() {
     AMP_REQUIRE(!backward_done_, "backward() ran twice on one forward: each forward can be back-propagated once");
     backward_done_ = true;
-    tape_.run_backward(*this);
+    BackwardObserver* watch = planning_ ? nullptr : params_->observer();
+    if (!watch) return tape_.run_backward(*this, [] {});
+    watch->backward_begin();
+    tape_.run_backward(*this, [watch] { watch->op_done(); });
+    watch->backward_end();
   }
   bool backward_done() const { return backward_done_; }
 

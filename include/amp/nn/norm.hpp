@@ -8,10 +8,15 @@
 //   position, so one class serves [N, C] (BatchNorm1d) and channels-last
 //   [N, H, W, C] (BatchNorm2d); fp32 running mean and variance (buffers) for
 //   evaluation, updated with momentum in training.
+//   With Config::sync (SyncBatchNorm), the sums behind the statistics and the
+//   backward's sums are added over every rank, so a per-rank batch of B
+//   normalises as one batch of B x ranks (parameter gradients stay per rank:
+//   data parallel sums them).
 //   LayerNorm: statistics per row over the last dimension.
 #include <cmath>
 #include <string>
 
+#include "amp/backend/collective.hpp"
 #include "amp/nn/module.hpp"
 #include "amp/nn/ops.hpp"
 
@@ -56,6 +61,13 @@ struct GradXhatAt {
   }
 };
 
+// The rows behind the statistics: this rank's, or (SyncBatchNorm) a count summed over the ranks.
+struct RowCount {
+  float local;
+  const float* summed;  // nullptr: local
+  AMP_HOST_DEVICE float operator()() const { return summed ? *summed : local; }
+};
+
 // From column sums to mean and 1/std (training), and the running statistics.
 struct BatchStatsOp {
   float* mean;       // in: sum of x; out: mean
@@ -64,8 +76,10 @@ struct BatchStatsOp {
   float* running_mean;  // nullptr: leave them (planning, evaluation)
   float* running_var;
   float* batches;       // PyTorch's num_batches_tracked
-  float rows, eps, momentum;
+  RowCount count;
+  float eps, momentum;
   AMP_HOST_DEVICE void operator()(std::size_t c) const {
+    const float rows = count();
     const float var = var_sum[c] / rows;
     inv_std[c] = 1.0f / sqrtf(var + eps);
     if (running_mean) {
@@ -78,8 +92,13 @@ struct BatchStatsOp {
 };
 struct MeanOp {
   float* sum;
-  float rows;
-  AMP_HOST_DEVICE void operator()(std::size_t c) const { sum[c] /= rows; }
+  RowCount count;
+  AMP_HOST_DEVICE void operator()(std::size_t c) const { sum[c] /= count(); }
+};
+struct SetOp {
+  float* at;
+  float value;
+  AMP_HOST_DEVICE void operator()(std::size_t) const { *at = value; }
 };
 struct RunningStatsOp {
   const float* running_mean;
@@ -128,9 +147,10 @@ struct BatchNormGradOp {
   const float* sum_dy_xhat;
   const N* gamma;
   std::int64_t cols;
-  float rows;
+  RowCount count;
   bool training, accumulate;
   AMP_HOST_DEVICE void operator()(std::size_t r) const {  // row r, every channel
+    const float rows = count();
     for (std::int64_t c = 0; c < cols; ++c) {
       const auto i = static_cast<std::size_t>(static_cast<std::int64_t>(r) * cols + c);
       const float scale = (gamma ? cast<float>(gamma[c]) : 1.0f) * inv_std[c];
@@ -224,6 +244,7 @@ class BatchNorm {
     float eps = 1e-5f;
     float momentum = 0.1f;
     bool affine = true;
+    Collective<B>* sync = nullptr;  // SyncBatchNorm: statistics over the batches of every rank
   };
   static int torch_slots(const Config&) { return 1; }
 
@@ -231,6 +252,7 @@ class BatchNorm {
     AMP_REQUIRE(cfg.features > 0 && cfg.eps > 0 && cfg.momentum >= 0 && cfg.momentum <= 1, "BatchNorm '", name_,
                 "': need features > 0, eps > 0 and momentum in [0, 1]");
     s_.features = cfg.features, s_.eps = cfg.eps, s_.momentum = cfg.momentum, s_.affine = cfg.affine;
+    s_.sync = cfg.sync;
     if (cfg.affine) {
       s_.weight = b.template param<role::norm>("weight", {cfg.features}, Init::constant(1.0f), false);
       s_.bias = b.template param<role::norm>("bias", {cfg.features}, Init::constant(0.0f), false);
@@ -256,6 +278,7 @@ class BatchNorm {
     std::int64_t features = 0;
     float eps = 1e-5f, momentum = 0.1f;
     bool affine = true;
+    Collective<B>* sync = nullptr;
     Param<role::norm> weight, bias;
     Param<role::buffer> running_mean, running_var, batches;
   };
@@ -265,20 +288,27 @@ class BatchNorm {
     auto& params = g.params();
     const std::int64_t rows = x.rows(), cols = s.features;
     const auto channels = static_cast<std::size_t>(cols);
-    float* mean = g.template scratch<float>(channels);
+    float* mean = g.template scratch<float>(channels + 1);  // + the row count (SyncBatchNorm)
     float* inv_std = g.template scratch<float>(channels);
     const bool training = g.training();
+    // The planning pass runs on one rank alone: no collective then.
+    Collective<B>* sync = g.planning() || !training ? nullptr : s.sync;
+    const detail::RowCount count{static_cast<float>(rows), sync ? mean + channels : nullptr};
     if (training) {
       float* var_sum = g.template scratch<float>(channels);
       column_sums(g, rows, cols, detail::ValueAt<T>{x.data, cols}, mean);
-      for_each(ctx, channels, detail::MeanOp{mean, static_cast<float>(rows)});
+      if (sync) {
+        for_each(ctx, 1, detail::SetOp{mean + channels, static_cast<float>(rows)});
+        sync->all_reduce_sum(ctx, Span<float>(mean, channels + 1));
+      }
+      for_each(ctx, channels, detail::MeanOp{mean, count});
       column_sums(g, rows, cols, detail::SquaredDeviationAt<T>{x.data, mean, cols}, var_sum);
+      if (sync) sync->all_reduce_sum(ctx, Span<float>(var_sum, channels));
       const bool update = !g.planning();
       for_each(ctx, channels,
                detail::BatchStatsOp{mean, var_sum, inv_std, update ? params.values(s.running_mean).data : nullptr,
                                     update ? params.values(s.running_var).data : nullptr,
-                                    params.values(s.batches).data, static_cast<float>(rows),
-                                    s.eps, s.momentum});
+                                    params.values(s.batches).data, count, s.eps, s.momentum});
     } else {
       for_each(ctx, channels, detail::RunningStatsOp{params.values(s.running_mean).data,
                                                      params.values(s.running_var).data, mean, inv_std, s.eps});
@@ -287,12 +317,12 @@ class BatchNorm {
     const N* beta = s.affine ? params.values(s.bias).data : nullptr;
     Var<T> y = g.template tensor<T>(x.shape);
     for_each(ctx, static_cast<std::size_t>(rows), detail::NormalizeOp<C, T, N>{x.data, y.data, mean, inv_std, gamma, beta, cols, false});
-    g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, x, y, mean, inv_std, training); });
+    g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, x, y, mean, inv_std, training, sync, count); });
     return y;
   }
 
   static void backward(Graph<P, B>& g, const Spec& s, Var<T> x, Var<T> y, const float* mean, const float* inv_std,
-                       bool training) {
+                       bool training, Collective<B>* sync, detail::RowCount count) {
     const T* dy = g.grad(y);
     if (!dy) return;
     auto& ctx = g.context();
@@ -300,18 +330,19 @@ class BatchNorm {
     const std::int64_t rows = x.rows(), cols = s.features;
     const GradOut<T> dx = g.grad_out(x);
     Temporaries<P, B> temp(g);
-    float* sum_dy = g.template scratch<float>(static_cast<std::size_t>(cols));
-    float* sum_dy_xhat = g.template scratch<float>(static_cast<std::size_t>(cols));
+    float* sum_dy = g.template scratch<float>(static_cast<std::size_t>(2 * cols));
+    float* sum_dy_xhat = sum_dy + cols;
     column_sums(g, rows, cols, detail::GradAt<T>{dy, cols}, sum_dy);
     column_sums(g, rows, cols, detail::GradXhatAt<T>{dy, x.data, mean, inv_std, cols, false}, sum_dy_xhat);
     const N* gamma = s.affine ? params.values(s.weight).data : nullptr;
-    if (s.affine)
+    if (s.affine)  // this rank's sums: data parallel adds the parameter gradients over the ranks
       for_each(ctx, static_cast<std::size_t>(cols), detail::AffineGradOp<N>{sum_dy, sum_dy_xhat, params.grads(s.weight).data,
                                                                               params.grads(s.bias).data});
-    if (dx)
+    if (dx) {
+      if (sync) sync->all_reduce_sum(ctx, Span<float>(sum_dy, static_cast<std::size_t>(2 * cols)));
       for_each(ctx, static_cast<std::size_t>(rows), detail::BatchNormGradOp<C, T, N>{x.data, dy, dx.data, mean, inv_std, sum_dy, sum_dy_xhat,
-                                                               gamma, cols, static_cast<float>(rows), training,
-                                                               dx.accumulate});
+                                                               gamma, cols, count, training, dx.accumulate});
+    }
   }
 
   std::string name_;

@@ -30,6 +30,20 @@ inline constexpr const char* role_name(role r) {
   return r == role::weight ? "weight" : r == role::norm ? "norm" : "buffer";
 }
 
+// Watches backward passes (data parallel starts reducing a bucket of gradients
+// as soon as backward is past the last op that writes it): which parameter
+// gradients each backward op asks for, and where each op ends.
+class BackwardObserver {
+ public:
+  virtual void backward_begin() = 0;
+  virtual void gradient_touched(int param_index) = 0;
+  virtual void op_done() = 0;
+  virtual void backward_end() = 0;
+
+ protected:
+  ~BackwardObserver() = default;
+};
+
 // A layer's handle on one parameter of role R: where it lives in its role's arenas.
 template <role R>
 struct Param {
@@ -228,10 +242,17 @@ class ParameterStore {
     if constexpr (R == role::buffer) return buffers_.span().subspan(p.offset, p.count);
     else return group<R>().values().subspan(p.offset, p.count);
   }
+  // A parameter's gradient, for a backward op to add to.
   template <role R>
   auto grads(Param<R> p) const {
+    if (observer_) observer_->gradient_touched(p.index);
     return group<R>().grads().subspan(p.offset, p.count);
   }
+  // Every buffer (BatchNorm's running statistics), fp32.
+  Span<float> buffer_values() const { return buffers_.span(); }
+
+  BackwardObserver* observer() const { return observer_; }
+  void set_observer(BackwardObserver* o) { observer_ = o; }
   // The values as T: the stored values or the role's cast cache.
   template <class T, role R>
   Span<const T> as(Param<R> p) {
@@ -274,6 +295,7 @@ class ParameterStore {
   std::vector<ParamInfo> table_;
   std::size_t weight_count_ = 0, norm_count_ = 0, buffer_count_ = 0;
   bool allocated_ = false;
+  BackwardObserver* observer_ = nullptr;
   ParamGroup<P, B, role::weight> weights_;
   ParamGroup<P, B, role::norm> norms_;
   Buffer<float, B> buffers_;

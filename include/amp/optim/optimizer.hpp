@@ -45,6 +45,20 @@ inline std::function<bool(const nn::ParamInfo&)> prefix(std::string s) {
 
 inline constexpr int max_groups = 8;
 
+// What data parallel (amp::parallel::DataParallel) plugs into an optimizer:
+// the gradients are summed over the ranks just before they are checked, so
+// every rank sees the same overflow and takes the same step, and the step
+// multiplies them by gradient_factor() (1/ranks) in its gradient coefficient
+// instead of a separate averaging pass.
+class GradientReducer {
+ public:
+  virtual void reduce_gradients() = 0;
+  virtual float gradient_factor() const = 0;
+
+ protected:
+  ~GradientReducer() = default;
+};
+
 struct CommonOptions {
   float max_grad_norm = 0.0f;         // > 0: clip by global L2 norm (of the unscaled gradients)
   int accumulation_steps = 1;         // micro-batches summed before each step
@@ -150,16 +164,18 @@ struct FusedStepOp {
   }
 };
 
-// fp32 (+)= g / scale, then g = 0: explicit unscaling, into fp32 so that no
-// small gradient underflows in fp16 (Apex unscales into master gradients).
+// fp32 (+)= g / scale x factor, then g = 0: explicit unscaling, into fp32 so
+// that no small gradient underflows in fp16 (Apex unscales into master
+// gradients); factor is data parallel's 1/ranks, so they read as averages.
 template <class G>
 struct UnscaleOp {
   G* g;
   float* out;
   const float* scale;
+  float factor;
   bool add;
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    const float v = cast<float>(g[i]) / (scale ? *scale : 1.0f);
+    const float v = cast<float>(g[i]) / (scale ? *scale : 1.0f) * factor;
     out[i] = add ? out[i] + v : v;
     g[i] = cast<G>(0.0f);
   }
@@ -185,6 +201,7 @@ template <Policy P, Backend B, class Rule>
 class FusedOptimizer : public Scalable<B> {
  public:
   using policy = P;
+  using backend = B;
   using Store = nn::ParameterStore<P, B>;
   static constexpr int state_buffers = Rule::state_buffers;
   static constexpr const char* rule_name = Rule::name;
@@ -241,6 +258,11 @@ class FusedOptimizer : public Scalable<B> {
   void set_steps(std::int64_t s) { steps_ = s; }
   const CommonOptions& options() const { return common_; }
 
+  // Data parallel's hook (nullptr: none).
+  void set_gradient_reducer(GradientReducer* r) { reducer_ = r; }
+  // The next step() applies a step (the last micro-batch of an accumulation window).
+  bool steps_next() const { return micro_ + 1 >= common_.accumulation_steps; }
+
   // Zeroes the gradients at the start of each accumulation window.
   void zero_grad() {
     if (micro_ != 0) return;
@@ -266,6 +288,7 @@ class FusedOptimizer : public Scalable<B> {
   }
 
   void check(int* found_inf) override {
+    if (reducer_) reducer_->reduce_gradients();
     bool first = true;
     each_arena([&](auto& a) {
       using G = typename std::remove_reference_t<decltype(a)>::G;
@@ -291,14 +314,16 @@ class FusedOptimizer : public Scalable<B> {
     each_arena([&](auto& a) {
       using G = typename std::remove_reference_t<decltype(a)>::G;
       if (!a.unscaled.data() && a.count) a.unscaled = Buffer<float, B>(*ctx_, a.count, memory_kind::grads);
-      for_each(*ctx_, a.count, detail::UnscaleOp<G>{a.group->grads().data, a.unscaled.data(), scale, unscaled_});
+      for_each(*ctx_, a.count,
+               detail::UnscaleOp<G>{a.group->grads().data, a.unscaled.data(), scale, gradient_factor(), unscaled_});
     });
     unscaled_ = true;
   }
 
   void apply(const float* scale, const int* found_inf) override {
     if (schedule_) lr_ = schedule_(steps_);
-    const float inv_acc = 1.0f / static_cast<float>(common_.accumulation_steps);
+    // Unscaled gradients carry data parallel's factor already.
+    const float inv_acc = (unscaled_ ? 1.0f : gradient_factor()) / static_cast<float>(common_.accumulation_steps);
     if (unscaled_ && common_.max_grad_norm > 0) {  // clip by the norm of what the step will use
       bool first = true;
       each_arena([&](auto& a) {
@@ -434,6 +459,8 @@ class FusedOptimizer : public Scalable<B> {
     }
   }
 
+  float gradient_factor() const { return reducer_ ? reducer_->gradient_factor() : 1.0f; }
+
   GroupValues group_values() const {
     GroupValues hp;
     hp.lr[0] = lr_, hp.wd[0] = weight_decay_;
@@ -460,6 +487,7 @@ class FusedOptimizer : public Scalable<B> {
   std::int64_t steps_ = 0;
   int micro_ = 0;
   bool unscaled_ = false;  // this iteration's gradients are in the fp32 buffers
+  GradientReducer* reducer_ = nullptr;
   Scaler scaler_;
 };
 

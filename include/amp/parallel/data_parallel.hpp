@@ -1,0 +1,297 @@
+#pragma once
+// Data parallel (Apex's DistributedDataParallel): each rank runs the model on
+// its shard of every global batch, and the optimizer's gradients are summed
+// over the ranks before its overflow check, so every rank sees the same sums,
+// takes the same skip decision, keeps the same loss scale and stays
+// bit-identical to the others.
+//
+//   amp::parallel::DataParallel ddp(comm, opt);  // broadcasts rank 0's parameters
+//   ... the three lines as usual; opt.step() reduces, checks, steps.
+//
+// - Gradients are summed in their stored type (fp16/bf16 under O2, as Apex
+//   DDP does; Options::reduce_in_fp32 sums an fp32 copy), in buckets of about
+//   Options::bucket_bytes over the flat gradient arenas.
+// - A bucket starts as soon as backward is past the last op that writes it
+//   (learned from the first backward, then checked every step), so on the GPU
+//   communication overlaps the rest of backward.
+// - The 1/ranks average is a factor of the optimizer's gradient coefficient.
+// - No reduction while gradients are still accumulating: the optimizer's
+//   accumulation_steps does that by itself; a hand-written accumulation loop
+//   wraps its earlier backward passes in no_sync() (PyTorch's name).
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "amp/backend/collective.hpp"
+#include "amp/nn/parameters.hpp"
+#include "amp/optim/optimizer.hpp"
+
+namespace amp::parallel {
+
+struct DataParallelOptions {
+  std::size_t bucket_bytes = std::size_t{25} << 20;  // PyTorch DDP's bucket_cap_mb = 25
+  bool reduce_in_fp32 = false;                       // Apex's allreduce_always_fp32
+  bool overlap = true;                               // start buckets during backward
+};
+
+template <class Optimizer>
+class DataParallel final : public optim::GradientReducer {
+ public:
+  using policy = typename Optimizer::policy;
+  using backend = typename Optimizer::backend;
+  using Store = typename Optimizer::Store;
+  using Options = DataParallelOptions;
+
+  DataParallel(Collective<backend>& comm, Optimizer& opt, Options options = {})
+      : comm_(&comm), opt_(&opt), ctx_(&opt.context()), options_(options) {
+    AMP_REQUIRE(options.bucket_bytes > 0, "DataParallel: bucket_bytes must be positive");
+    check_same_model();
+    broadcast_parameters();
+    for (std::size_t s = 0; s < opt.stores().size(); ++s) {
+      watches_.push_back(std::make_unique<Watch>(*this, *opt.stores()[s]));
+      make_buckets(*watches_.back(), opt.stores()[s]->template group<nn::role::weight>());
+      make_buckets(*watches_.back(), opt.stores()[s]->template group<nn::role::norm>());
+    }
+    for (auto& w : watches_) w->store->set_observer(w.get());
+    opt.set_gradient_reducer(this);
+  }
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+  ~DataParallel() {
+    opt_->set_gradient_reducer(nullptr);
+    for (auto& w : watches_) w->store->set_observer(nullptr);
+  }
+
+  int rank() const { return comm_->rank(); }
+  int size() const { return comm_->size(); }
+  Collective<backend>& communicator() const { return *comm_; }
+
+  // While it lives, backward passes only accumulate (the earlier micro-batches
+  // of a hand-written accumulation loop); the step after it reduces them all.
+  class NoSync {
+   public:
+    explicit NoSync(DataParallel& d) : d_(&d) { ++d_->no_sync_; }
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    ~NoSync() { --d_->no_sync_; }
+
+   private:
+    DataParallel* d_;
+  };
+  [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
+
+  // --- what the optimizer calls ---------------------------------------------------
+  // Sums every gradient over the ranks: buckets started during backward land,
+  // the others start now, all in one order that every rank shares.
+  void reduce_gradients() override {
+    for (auto& w : watches_)
+      for (std::size_t b : w->order)
+        if (!w->buckets[b].started) start(w->buckets[b]);
+    comm_->finish(*ctx_);
+    for (auto& w : watches_)
+      for (auto& b : w->buckets) land(b);
+    started_in_backward_ = std::exchange(early_, 0);
+  }
+  float gradient_factor() const override { return 1.0f / static_cast<float>(comm_->size()); }
+
+  // --- inspection ------------------------------------------------------------------
+  std::size_t buckets() const {
+    std::size_t n = 0;
+    for (const auto& w : watches_) n += w->buckets.size();
+    return n;
+  }
+  // Bytes each rank sends into one reduction of every gradient.
+  std::size_t bytes_per_step() const {
+    std::size_t n = 0;
+    for (const auto& w : watches_)
+      for (const auto& b : w->buckets) n += b.count * element_size(b.wire);
+    return n;
+  }
+  // Buckets started while backward was still running, in the last reduction.
+  std::size_t started_in_backward() const { return started_in_backward_; }
+
+ private:
+  struct Bucket {
+    void* grads = nullptr;  // in the role's gradient arena
+    std::size_t count = 0;
+    element type = element::fp32;  // as stored
+    element wire = element::fp32;  // as summed
+    Buffer<float, backend> staging;  // reduce_in_fp32 of 16-bit gradients
+    std::vector<int> params;         // table indices
+    int ready_after = -1;            // the backward op after which it is complete (-1: before any)
+    bool started = false;
+  };
+
+  // Watches one model's backward: learns which op last writes each bucket,
+  // starts buckets when backward is past it, and reports a backward that
+  // writes a bucket already sent.
+  struct Watch final : nn::BackwardObserver {
+    Watch(DataParallel& d, Store& s) : ddp(&d), store(&s), last_touch(s.table().size(), -1), bucket_of(s.table().size(), -1) {}
+
+    void backward_begin() override {
+      for (const auto& b : buckets)
+        AMP_REQUIRE(!b.started, "DataParallel: a backward after this rank started sending gradients and before the "
+                                "step: wrap the earlier micro-batches' backward in no_sync(), or use the optimizer's "
+                                "accumulation_steps");
+      op = 0, next = 0;
+      launching = ddp->options_.overlap && learned && ddp->no_sync_ == 0 && ddp->opt_->steps_next();
+      if (launching) launch_ready();
+    }
+    void gradient_touched(int param) override {
+      const auto i = static_cast<std::size_t>(param);
+      if (!learned) {
+        last_touch[i] = op;
+        return;
+      }
+      const int b = bucket_of[i];
+      if (b >= 0 && buckets[static_cast<std::size_t>(b)].started)
+        fail("DataParallel: parameter '", store->table()[i].name, "' is written by backward op ", op,
+             " after its gradient bucket was sent (after op ", buckets[static_cast<std::size_t>(b)].ready_after,
+             " in the first backward): backward must touch the parameters in the same order every step; "
+             "construct DataParallel with overlap = false for a model whose backward changes");
+    }
+    void op_done() override {
+      ++op;
+      if (launching) {
+        launch_ready();
+        ddp->comm_->progress();
+      }
+    }
+    void backward_end() override {
+      if (learned) return;
+      // The launch order: by the op that completes each bucket, then by bucket (the same on every rank).
+      for (std::size_t k = 0; k < buckets.size(); ++k) {
+        Bucket& b = buckets[k];
+        for (int p : b.params) b.ready_after = std::max(b.ready_after, last_touch[static_cast<std::size_t>(p)]);
+      }
+      std::stable_sort(order.begin(), order.end(),
+                       [&](std::size_t a, std::size_t b) { return buckets[a].ready_after < buckets[b].ready_after; });
+      learned = true;
+    }
+
+    void launch_ready() {
+      while (next < order.size() && buckets[order[next]].ready_after < op) {
+        Bucket& b = buckets[order[next++]];
+        if (!b.started) ddp->start(b), ++ddp->early_;
+      }
+    }
+
+    DataParallel* ddp;
+    Store* store;
+    std::vector<Bucket> buckets;
+    std::vector<std::size_t> order;  // launch order
+    std::vector<int> last_touch;     // per parameter: the last backward op that asked for its gradient
+    std::vector<int> bucket_of;      // per parameter
+    int op = 0;
+    std::size_t next = 0;
+    bool learned = false, launching = false;
+  };
+
+  void start(Bucket& b) {
+    if (b.staging.data()) {
+      dispatch(b.type, [&]<class G>() { convert(*ctx_, Span<const G>(static_cast<const G*>(b.grads), b.count), b.staging.span()); });
+      comm_->start_all_reduce_sum(*ctx_, b.staging.data(), b.count, element::fp32);
+    } else {
+      comm_->start_all_reduce_sum(*ctx_, b.grads, b.count, b.type);
+    }
+    b.started = true;
+  }
+  void land(Bucket& b) {
+    if (b.started && b.staging.data())
+      dispatch(b.type, [&]<class G>() { convert(*ctx_, Span<const float>(b.staging.span()), Span<G>(static_cast<G*>(b.grads), b.count)); });
+    b.started = false;
+  }
+  template <class F>
+  static void dispatch(element t, F&& f) {
+    if (t == element::fp16) f.template operator()<half>();
+    else if (t == element::bf16) f.template operator()<bfloat16>();
+    else f.template operator()<float>();
+  }
+
+  // Buckets over one role's gradient arena: parameters from the last declared
+  // (the first that backward completes) back, cut at about bucket_bytes.
+  template <class Group>
+  void make_buckets(Watch& w, Group& group) {
+    using G = typename Group::grad_type;
+    if (group.count() == 0) return;
+    const auto& table = w.store->table();
+    constexpr nn::role R = std::is_same_v<Group, nn::ParamGroup<policy, backend, nn::role::weight>> ? nn::role::weight
+                                                                                                    : nn::role::norm;
+    std::size_t end = group.count();  // the bucket being filled ends here (padding included)
+    Bucket b;
+    auto close = [&](std::size_t begin) {
+      b.grads = group.grads().data + begin;
+      b.count = end - begin;
+      b.type = element_of<G>();
+      b.wire = options_.reduce_in_fp32 ? element::fp32 : b.type;
+      if (options_.reduce_in_fp32 && b.type != element::fp32)
+        b.staging = Buffer<float, backend>(*ctx_, b.count, memory_kind::grads);
+      for (int p : b.params) w.bucket_of[static_cast<std::size_t>(p)] = static_cast<int>(w.buckets.size());
+      w.order.push_back(w.buckets.size());
+      w.buckets.push_back(std::move(b));
+      b = Bucket{};
+      end = begin;
+    };
+    for (std::size_t i = table.size(); i-- > 0;) {
+      if (table[i].kind != R) continue;
+      b.params.push_back(static_cast<int>(i));
+      if ((end - table[i].offset) * sizeof(G) >= options_.bucket_bytes) close(table[i].offset);
+    }
+    if (!b.params.empty()) close(0);
+  }
+
+  // Every rank must hold the same model: the same parameters, shapes and roles.
+  void check_same_model() {
+    std::vector<std::int64_t> mine;
+    for (Store* s : opt_->stores()) {
+      std::uint64_t hash = 1469598103934665603ull;  // FNV-1a over names, shapes and roles
+      auto mix = [&](std::uint64_t v) { hash = (hash ^ v) * 1099511628211ull; };
+      std::int64_t elements = 0;
+      for (const auto& p : s->table()) {
+        for (char c : p.name) mix(static_cast<unsigned char>(c));
+        for (int d = 0; d < p.shape.rank(); ++d) mix(static_cast<std::uint64_t>(p.shape[d]));
+        mix(static_cast<std::uint64_t>(p.kind));
+        elements += static_cast<std::int64_t>(p.count);
+      }
+      mine.insert(mine.end(), {static_cast<std::int64_t>(s->table().size()), elements, static_cast<std::int64_t>(hash)});
+    }
+    const char* what[] = {"parameters", "elements", "layout hash"};
+    const auto ranks = comm_->all_gather(static_cast<std::int64_t>(mine.size()));
+    for (int r = 0; r < comm_->size(); ++r)
+      AMP_REQUIRE(ranks[static_cast<std::size_t>(r)] == ranks[0], "DataParallel: rank ", r, " trains ",
+                  ranks[static_cast<std::size_t>(r)] / 3, " models, rank 0 ", ranks[0] / 3);
+    for (std::size_t k = 0; k < mine.size(); ++k) {
+      const auto all = comm_->all_gather(mine[k]);
+      for (int r = 1; r < comm_->size(); ++r)
+        AMP_REQUIRE(all[static_cast<std::size_t>(r)] == all[0], "DataParallel: the ranks hold different models: rank ", r,
+                    " has ", all[static_cast<std::size_t>(r)], " ", what[k % 3], " in model ", k / 3, ", rank 0 has ",
+                    all[0], " (every rank must build the same model)");
+    }
+  }
+
+  // Rank 0's values, masters and buffers to every rank, bit for bit.
+  void broadcast_parameters() {
+    auto send = [&](auto span) {
+      if (span.size) comm_->broadcast(*ctx_, span.data, span.size * sizeof(*span.data), 0);
+    };
+    for (Store* s : opt_->stores()) {
+      auto& w = s->template group<nn::role::weight>();
+      auto& n = s->template group<nn::role::norm>();
+      send(w.values()), send(w.master()), send(n.values()), send(n.master()), send(s->buffer_values());
+      s->mark_updated();
+    }
+  }
+
+  Collective<backend>* comm_;
+  Optimizer* opt_;
+  Context<backend>* ctx_;
+  Options options_;
+  std::vector<std::unique_ptr<Watch>> watches_;
+  int no_sync_ = 0;
+  std::size_t early_ = 0, started_in_backward_ = 0;
+};
+
+}  // namespace amp::parallel

@@ -1,0 +1,124 @@
+// The NCCL path of data parallel on the GPU. With one GPU (one rank, MPI
+// singleton) the communicator still runs every NCCL call on its own stream with
+// the event ordering; the sums over one rank are the values themselves, so a
+// data-parallel run (overlapped buckets, fp32-staged or not, SyncBatchNorm)
+// must match a plain run on the same GPU bit for bit. Under mpirun with more
+// GPUs each rank takes the GPU of its local rank and checks that every rank
+// holds the same bits.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "amp/amp.hpp"
+#include "amp/parallel.hpp"
+#include "support/gpu.cuh"
+#include "support/reference.hpp"
+
+using namespace amp;
+
+namespace {
+parallel::MpiCommunicator* world = nullptr;
+
+constexpr std::int64_t features = 8, classes = 3, rows = 16;
+
+template <Policy P>
+using Net = nn::Sequential<P, amp::cuda, nn::Linear, nn::BatchNorm1d, nn::ReLU, nn::Linear>;
+template <Policy P>
+Net<P> make_net(Context<amp::cuda>& ctx, Collective<amp::cuda>* sync) {
+  return Net<P>(ctx, {.max_batch = rows, .seed = 4}, {.in_features = features, .out_features = 32},
+                {.features = 32, .sync = sync}, {}, {.in_features = 32, .out_features = classes});
+}
+
+int local_gpu() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  return local && count > 0 ? std::atoi(local) % count : 0;
+}
+
+template <class Store>
+std::vector<float> values_of(const Store& s) {
+  std::vector<float> out;
+  for (std::size_t i = 0; i < s.table().size(); ++i) {
+    const auto v = s.get_values(static_cast<int>(i));
+    out.insert(out.end(), v.begin(), v.end());
+  }
+  return out;
+}
+
+template <Policy P>
+void train_steps(Context<amp::cuda>& ctx, Net<P>& net, optim::SGD<P, amp::cuda>& opt, int steps) {
+  const auto x = test::random_values<float>(rows * features, 7);
+  std::vector<std::int32_t> labels(rows);
+  for (std::int64_t r = 0; r < rows; ++r) labels[r] = x[r * features] > 0 ? 1 : (x[r * features + 1] > 0 ? 2 : 0);
+  Buffer<float, amp::cuda> dx(ctx, x.size(), memory_kind::data);
+  Buffer<std::int32_t, amp::cuda> dy(ctx, labels.size(), memory_kind::data);
+  upload(ctx, dx.span(), x);
+  upload(ctx, dy.span(), labels);
+  for (int s = 0; s < steps; ++s) {
+    auto loss = nn::cross_entropy(ctx, net.forward(ctx, matrix<const float>(dx.data(), rows, features)),
+                                  Span<const std::int32_t>(dy.span()));
+    opt.zero_grad();
+    {
+      auto scaled = scale_loss(loss, opt);
+      scaled.backward();
+    }
+    opt.step();
+  }
+}
+}  // namespace
+
+TEST_CASE_TEMPLATE("NCCL data parallel on the GPU matches a plain run on it", P, O0Policy, O2Policy, O2BF16Policy) {
+  AMP_REQUIRE_GPU();
+  Context<amp::cuda> ctx(local_gpu());
+  if (const auto reason = unsupported_reason<P>(ctx.capability())) {
+    std::cout << "[amp-skip] " << *reason << std::endl;
+    return;
+  }
+  parallel::NcclCommunicator nccl(*world, ctx);
+  for (const bool fp32 : {false, true}) {
+    auto net = make_net<P>(ctx, &nccl);
+    optim::SGD<P, amp::cuda> opt(net.parameters(), {.lr = 0.1f, .momentum = 0.9f});
+    parallel::DataParallel ddp(nccl, opt, {.bucket_bytes = 256, .reduce_in_fp32 = fp32});
+    train_steps(ctx, net, opt, 6);
+    nccl.synchronize(std::chrono::seconds(60));
+    CHECK(ddp.started_in_backward() == ddp.buckets());
+    const auto got = values_of(net.parameters());
+    // Every rank holds the same bits.
+    std::uint64_t h = 1469598103934665603ull;
+    for (float v : got) {
+      std::uint32_t b;
+      std::memcpy(&b, &v, 4);
+      h = (h ^ b) * 1099511628211ull;
+    }
+    const auto all = world->all_gather(static_cast<std::int64_t>(h));
+    for (auto other : all) CHECK(other == all[0]);
+    if (world->size() == 1) {  // one rank: the same bits as no data parallel at all
+      auto plain = make_net<P>(ctx, nullptr);
+      optim::SGD<P, amp::cuda> plain_opt(plain.parameters(), {.lr = 0.1f, .momentum = 0.9f});
+      train_steps(ctx, plain, plain_opt, 6);
+      const auto want = values_of(plain.parameters());
+      REQUIRE(got.size() == want.size());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+      CHECK(differ == 0);
+    }
+  }
+}
+
+int main(int argc, char** argv) {
+  parallel::MpiEnvironment mpi(argc, argv);
+  int failed = 0;
+  {
+    parallel::MpiCommunicator comm;
+    world = &comm;
+    doctest::Context tests(argc, argv);
+    if (comm.rank() != 0) tests.setOption("out", "/dev/null");
+    failed = tests.run();
+    for (auto f : comm.all_gather(failed)) failed |= f != 0;
+    world = nullptr;
+  }
+  return failed;
+}
