@@ -9,12 +9,12 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
-#include <cstring>
 
 #include "amp/amp.hpp"
 #include "amp/parallel.hpp"
 #include "support/gpu.cuh"
 #include "support/reference.hpp"
+#include "support/store_values.hpp"
 
 using namespace amp;
 
@@ -36,16 +36,6 @@ int local_gpu() {
   int count = 0;
   cudaGetDeviceCount(&count);
   return local && count > 0 ? std::atoi(local) % count : 0;
-}
-
-template <class Store>
-std::vector<float> values_of(const Store& s) {
-  std::vector<float> out;
-  for (std::size_t i = 0; i < s.table().size(); ++i) {
-    const auto v = s.get_values(static_cast<int>(i));
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
 }
 
 template <Policy P>
@@ -85,21 +75,15 @@ TEST_CASE_TEMPLATE("NCCL data parallel on the GPU matches a plain run on it", P,
     train_steps(ctx, net, opt, 6);
     nccl.synchronize(std::chrono::seconds(60));
     CHECK(ddp.started_in_backward() == ddp.buckets());
-    const auto got = values_of(net.parameters());
+    const auto got = test::values_of(net.parameters());
     // Every rank holds the same bits.
-    std::uint64_t h = 1469598103934665603ull;
-    for (float v : got) {
-      std::uint32_t b;
-      std::memcpy(&b, &v, 4);
-      h = (h ^ b) * 1099511628211ull;
-    }
-    const auto all = world->all_gather(static_cast<std::int64_t>(h));
+    const auto all = world->all_gather(static_cast<std::int64_t>(test::fnv1a(got.data(), got.size() * sizeof(float))));
     for (auto other : all) CHECK(other == all[0]);
     if (world->size() == 1) {  // one rank: the same bits as no data parallel at all
       auto plain = make_net<P>(ctx, nullptr);
       optim::SGD<P, amp::cuda> plain_opt(plain.parameters(), {.lr = 0.1f, .momentum = 0.9f});
       train_steps(ctx, plain, plain_opt, 6);
-      const auto want = values_of(plain.parameters());
+      const auto want = test::values_of(plain.parameters());
       REQUIRE(got.size() == want.size());
       std::size_t differ = 0;
       for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];

@@ -31,6 +31,7 @@ with tempfile.TemporaryDirectory() as tmp:
                           (["--lr", "0"], "--lr must be a number in (0, 10], got '0'"),
                           (["--train-subset", "-1"], "--train-subset must be an integer in [0, 2147483647], got '-1'"),
                           (["--opt-level", "O9"], "unknown --opt-level 'O9'"),
+                          (["--distributed", "maybe"], "--distributed must be yes or no, got 'maybe'"),
                           (["--data", "/nonexistent"], "data set file '/nonexistent/"),
                           (["--frobnicate", "1"], "unknown flag '--frobnicate'"),
                           (["--epochs"], "flag '--epochs' needs a value"),

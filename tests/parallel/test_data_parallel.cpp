@@ -13,9 +13,11 @@
 #include "amp/data/loader.hpp"
 #include "amp/parallel.hpp"
 #include "support/reference.hpp"
+#include "support/store_values.hpp"
 
 using namespace amp;
 using amp::host;
+using amp::test::values_of;
 
 namespace {
 parallel::MpiCommunicator* world = nullptr;
@@ -67,28 +69,15 @@ float train_on(Context<host>& ctx, Net& net, Opt& opt, const Batch& b, std::int6
   return loss.item();
 }
 
-// Every trained value as fp32 (masters where there are some), then the stored values and buffers as bits.
-template <class Store>
-std::vector<float> values_of(const Store& s) {
-  std::vector<float> out;
-  for (std::size_t i = 0; i < s.table().size(); ++i) {
-    const auto v = s.get_values(static_cast<int>(i));
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
+// The stored values, masters and buffers as bits.
 template <class Store>
 std::int64_t fingerprint(Store& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix_bytes = [&](const void* p, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
-  };
   auto& w = s.template group<nn::role::weight>();
   auto& n = s.template group<nn::role::norm>();
-  mix_bytes(w.values().data, w.values().size * sizeof(*w.values().data));
-  mix_bytes(w.master().data, w.master().size * sizeof(float));
-  mix_bytes(n.values().data, n.values().size * sizeof(*n.values().data));
-  mix_bytes(s.buffer_values().data, s.buffer_values().size * sizeof(float));
+  std::uint64_t h = test::fnv1a(w.values().data, w.values().size * sizeof(*w.values().data));
+  h = test::fnv1a(w.master().data, w.master().size * sizeof(float), h);
+  h = test::fnv1a(n.values().data, n.values().size * sizeof(*n.values().data), h);
+  h = test::fnv1a(s.buffer_values().data, s.buffer_values().size * sizeof(float), h);
   return static_cast<std::int64_t>(h);
 }
 bool same_on_every_rank(std::int64_t v) {
@@ -288,6 +277,23 @@ TEST_CASE("accumulation: no reduction before the last micro-batch, by accumulati
   CHECK(max_abs_difference(values_of(by_hand.parameters()), expected) <= 2e-6);
   CHECK(same_on_every_rank(fingerprint(by_hand.parameters())));
   CHECK(same_on_every_rank(fingerprint(by_option.parameters())));
+}
+
+TEST_CASE("a second backward after the gradients were sent, without no_sync(): a clear error, then training goes on") {
+  constexpr std::int64_t B = 8;
+  Context<host> ctx(1);
+  auto net = make_mlp<O0Policy>(ctx, B, 9);
+  optim::SGD<O0Policy, host> opt(net.parameters(), {.lr = 0.1f});
+  parallel::DataParallel ddp(*world, opt, {.bucket_bytes = 256});
+  const Batch b = global_batch(2 * B, 0);
+  train_on(ctx, net, opt, b, world->rank() * B, B);  // learns the schedule
+  opt.step();
+  train_on(ctx, net, opt, b, world->rank() * B, B);  // sends every bucket during backward
+  CHECK_THROWS_WITH_AS(train_on(ctx, net, opt, b, world->rank() * B, B, false),
+                       doctest::Contains("wrap the earlier micro-batches' backward in no_sync()"), amp::Error);
+  opt.step();  // the buckets in flight land; every rank steps alike
+  CHECK(opt.applied_steps() == 2);
+  CHECK(same_on_every_rank(fingerprint(net.parameters())));
 }
 
 TEST_CASE("SyncBatchNorm over 2 ranks is BatchNorm over the concatenated batch") {

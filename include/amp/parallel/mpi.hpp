@@ -74,17 +74,6 @@ class MpiEnvironment {
     MPI_Abort(MPI_COMM_WORLD, code);
     std::_Exit(code);
   }
-
-  static int world_rank() {
-    int r = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    return r;
-  }
-  static int world_size() {
-    int n = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
-    return n;
-  }
 };
 
 // Collectives over host memory on a private duplicate of `parent`, so amp's

@@ -41,8 +41,12 @@ class NcclCommunicator final : public Collective<cuda> {
     AMP_CUDA_CHECK(cudaEventCreateWithFlags(&landed_, cudaEventDisableTiming));
   }
   ~NcclCommunicator() override {
-    if (std::uncaught_exceptions() > 0) ncclCommAbort(comm_);  // a failed rank: do not wait for the others
-    else cudaStreamSynchronize(stream_), ncclCommDestroy(comm_);
+    if (std::uncaught_exceptions() > 0) {
+      ncclCommAbort(comm_);  // a failed rank: do not wait for the others
+    } else {
+      cudaStreamSynchronize(stream_);
+      ncclCommDestroy(comm_);
+    }
     cudaEventDestroy(queued_);
     cudaEventDestroy(landed_);
     cudaStreamDestroy(stream_);
