@@ -3,13 +3,15 @@
 # installed if missing), side by side in one run: median epoch seconds, test
 # accuracy, the ratios and the targets. A benchmark, not a test.
 # Usage: bench/cpu_vs_pytorch.sh [epochs (3)] [mlp|cnn]
-# (cnn: O0, O1-bf16 and O2-bf16, the levels its targets name; an epoch takes ~25-60 s each)
+# (cnn: O0, O1-bf16 and O2-bf16, the levels its targets name, with the cosine
+# schedule in both; an epoch takes ~25-60 s each)
 set -euo pipefail
 source "$(dirname "$0")/../scripts/env.sh"
 epochs=${1:-3}
 model=${2:-mlp}
 levels=all
-[ "$model" = cnn ] && levels=O0,O1-bf16,O2-bf16
+schedule=constant
+[ "$model" = cnn ] && levels=O0,O1-bf16,O2-bf16 && schedule=cosine
 data=/usr/share/datasets/fashion-mnist
 "$AMP_ROOT/scripts/setup.sh" python3-torch
 cmake -S "$AMP_ROOT" -B "$AMP_BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
@@ -17,9 +19,10 @@ cmake --build "$AMP_BUILD" -j "$AMP_JOBS" --target fashion_mnist >/dev/null
 tmp=$(mktemp -d)
 echo "amp (host backend), $model, $epochs epochs per level ..."
 "$AMP_BUILD/examples/fashion_mnist" --device cpu --model "$model" --epochs "$epochs" --opt-level "$levels" \
-  --json "$tmp/amp.json" >/dev/null
+  --schedule "$schedule" --json "$tmp/amp.json" >/dev/null
 echo "PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)') (CPU), $epochs epochs per mode ..."
-/usr/bin/python3 "$AMP_ROOT/bench/pytorch_fashion_mnist.py" "$data" "$epochs" cpu "$model" > "$tmp/torch.jsonl"
+/usr/bin/python3 "$AMP_ROOT/bench/pytorch_fashion_mnist.py" "$data" "$epochs" cpu "$model" 1 all "$schedule" \
+  > "$tmp/torch.jsonl"
 /usr/bin/python3 - "$tmp/amp.json" "$tmp/torch.jsonl" <<'PY'
 import json, sys
 summary = json.load(open(sys.argv[1]))

@@ -3,11 +3,14 @@ maxpool, 3136-128-10; cross-entropy, SGD lr 0.05 momentum 0.9, batch 128): media
 per mode, one JSON line each.
 
 usage: pytorch_fashion_mnist.py DATA_DIR EPOCHS [cpu|cuda] [mlp|cnn] [SEED (1)] [MODES (all, or e.g. fp32)]
+                                [constant|cosine (constant)]
+  cosine: the learning rate anneals per step from 0.05 to 0 over the run, as fashion_mnist --schedule cosine
   cpu:  fp32 and bf16 autocast
   cuda: fp32, fp16 autocast with GradScaler (PyTorch's AMP) and bf16 autocast"""
 import contextlib
 import gzip
 import json
+import math
 import statistics
 import sys
 import time
@@ -33,7 +36,7 @@ def make_model(kind):
                          nn.Linear(3136, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def main(data_dir, epochs, device, kind, seed=1, only="all"):
+def main(data_dir, epochs, device, kind, seed=1, only="all", schedule="constant"):
     load = lambda name: idx(f"{data_dir}/{name}.gz")
     shape = (-1, 784) if kind == "mlp" else (-1, 1, 28, 28)
     norm = lambda x: torch.from_numpy(((x.reshape(shape) / 255.0 - 0.2860) / 0.3530).astype(np.float32))
@@ -50,6 +53,9 @@ def main(data_dir, epochs, device, kind, seed=1, only="all"):
         torch.manual_seed(seed)
         model = make_model(kind).to(device)
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+        steps = epochs * ((len(xtr) + 127) // 128)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, (lambda k: 0.5 * (1 + math.cos(math.pi * k / steps))) if schedule == "cosine" else (lambda k: 1.0))
         fp16 = dtype == torch.float16
         scaler = torch.amp.GradScaler(device, enabled=fp16) if hasattr(torch.amp, "GradScaler") \
             else torch.cuda.amp.GradScaler(enabled=fp16)
@@ -68,13 +74,14 @@ def main(data_dir, epochs, device, kind, seed=1, only="all"):
                 scaler.scale(loss).backward()
                 scaler.step(opt)
                 scaler.update()
+                sched.step()
             sync()
             times.append(time.perf_counter() - start)
         model.eval()
         with torch.no_grad(), autocast():
             acc = sum((model(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item()
                       for i in range(0, len(xte), 1000)) / len(xte)
-        print(json.dumps({"mode": mode, "device": device, "model": kind, "seed": seed,
+        print(json.dumps({"mode": mode, "device": device, "model": kind, "seed": seed, "schedule": schedule,
                           "epoch_seconds": statistics.median(times),
                           "test_accuracy": acc, "train_images": len(xtr)}), flush=True)
 
@@ -82,4 +89,4 @@ def main(data_dir, epochs, device, kind, seed=1, only="all"):
 if __name__ == "__main__":
     main(sys.argv[1], int(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "cpu",
          sys.argv[4] if len(sys.argv) > 4 else "mlp", int(sys.argv[5]) if len(sys.argv) > 5 else 1,
-         sys.argv[6] if len(sys.argv) > 6 else "all")
+         sys.argv[6] if len(sys.argv) > 6 else "all", sys.argv[7] if len(sys.argv) > 7 else "constant")

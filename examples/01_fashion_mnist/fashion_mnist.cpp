@@ -81,7 +81,7 @@ Cnn<P, B> make_cnn(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed,
 }
 
 struct Settings {
-  std::string model = "mlp", optimizer, data;
+  std::string model = "mlp", optimizer, schedule, data;
   std::string save, resume, export_to, import_from;  // checkpoint and safetensors paths (empty: none)
   float lr = 0, momentum = 0, mean = 0, stddev = 1;  // the training set's pixel statistics
   std::int64_t batch = 0, train_subset = 0;
@@ -124,7 +124,8 @@ struct LevelResult {
 // What a resumed run must agree on with the run that saved (the level may differ: a policy conversion).
 std::string resume_key(const Settings& s, std::int64_t train_images) {
   std::ostringstream k;
-  k << "model=" << s.model << " optimizer=" << s.optimizer << " lr=" << s.lr << " momentum=" << s.momentum
+  k << "model=" << s.model << " optimizer=" << s.optimizer << " lr=" << s.lr << " schedule=" << s.schedule
+    << " epochs=" << (s.schedule == "cosine" ? s.epochs : 0) << " momentum=" << s.momentum
     << " batch=" << s.batch << " seed=" << s.seed << " train_images=" << train_images;
   return k.str();
 }
@@ -258,6 +259,7 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
   amp::data::Loader<float, B> test_data(ctx, test_set, {.batch_size = s.batch, .shuffle = false, .mean = s.mean,
                                                         .stddev = s.stddev, .layout = layout});
   amp::Buffer<StepRecord, B> records(ctx, static_cast<std::size_t>(train_data.batches()), amp::memory_kind::workspace);
+  if (s.schedule == "cosine") opt.set_schedule(amp::optim::CosineLR{s.lr, s.epochs * train_data.batches()});
 
   LevelResult r;
   r.level = std::string(amp::policy_name<P>());
@@ -424,7 +426,7 @@ void print_parameters(const std::vector<LevelResult>& results) {
   for (const auto& r : results) {
     std::printf("\n%s parameters: name, shape, stored type, master copy\n", r.level.c_str());
     for (const auto& p : r.parameters)
-      std::printf("  %-14s %-16s %-5s %s\n", p.name.c_str(), p.shape.c_str(), p.dtype.c_str(),
+      std::printf("  %-20s %-16s %-5s %s\n", p.name.c_str(), p.shape.c_str(), p.dtype.c_str(),
                   p.master_dtype.empty() ? "-" : p.master_dtype.c_str());
   }
 }
@@ -436,7 +438,8 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
   j.field("world_size", dist.ranks);
   j.field("device", device).field("device_details", details);
   j.key("settings").object().field("model", s.model).field("optimizer", s.optimizer).field("lr", s.lr);
-  j.field("momentum", s.optimizer == "sgd" ? s.momentum : 0.0f).field("batch_size", static_cast<long long>(s.batch));
+  j.field("schedule", s.schedule).field("momentum", s.optimizer == "sgd" ? s.momentum : 0.0f);
+  j.field("batch_size", static_cast<long long>(s.batch));
   j.field("global_batch_size", static_cast<long long>(s.batch * dist.ranks));
   j.field("epochs", s.epochs).field("seed", static_cast<unsigned long long>(s.seed)).field("data", s.data);
   j.field("train_subset", static_cast<long long>(s.train_subset)).field("train_images", static_cast<long long>(train_images));
@@ -505,6 +508,7 @@ int main(int argc, char** argv) try {
       .flag("threads", "0", "CPU threads (0: the idle cores; see README)", "N")
       .flag("optimizer", "sgd", "sgd|adam|adamw", "NAME")
       .flag("lr", "0.05", "learning rate", "X")
+      .flag("schedule", "constant", "constant, or cosine: anneal the rate per step to 0 over --epochs", "NAME")
       .flag("momentum", "0.9", "SGD momentum", "X")
       .flag("batch-size", "128", "mini-batch size per process (the last partial batch is kept)", "N")
       .flag("epochs", "10", "training epochs", "N")
@@ -520,6 +524,7 @@ int main(int argc, char** argv) try {
       .flag("summary", "no", "yes: print each level's parameters with their storage types", "yes|no")
       .flag("distributed", "no", "yes: one rank of an MPI job (mpirun -np N ...); --batch-size is per rank", "yes|no");
   if (!args.parse(argc, argv)) return 0;
+  examples::watch_interrupts();  // before any thread starts (see run.hpp)
   AMP_REQUIRE(args.str("distributed") == "yes" || args.str("distributed") == "no", "--distributed must be yes or no, "
               "got '", args.str("distributed"), "'");
   if (args.str("distributed") == "yes") {
@@ -540,6 +545,9 @@ int main(int argc, char** argv) try {
   AMP_REQUIRE(s.optimizer == "sgd" || s.optimizer == "adam" || s.optimizer == "adamw", "--optimizer must be sgd, adam "
               "or adamw, got '", s.optimizer, "'");
   s.lr = static_cast<float>(args.real("lr", 0.0, 10.0, true));
+  s.schedule = args.str("schedule");
+  AMP_REQUIRE(s.schedule == "constant" || s.schedule == "cosine", "--schedule must be constant or cosine, got '",
+              s.schedule, "'");
   s.momentum = static_cast<float>(args.real("momentum", 0.0, 1.0));
   s.batch = args.integer("batch-size", 1, 1 << 20);
   s.epochs = static_cast<int>(args.integer("epochs", 1, 100000));
@@ -578,7 +586,6 @@ int main(int argc, char** argv) try {
               ", expected 28x28 like the training images");
   std::tie(s.mean, s.stddev) = amp::data::pixel_statistics(train_set);
 
-  examples::watch_interrupts();
   std::string device, details;
   std::vector<LevelResult> results;
   if (dist.leader())
@@ -590,6 +597,8 @@ int main(int argc, char** argv) try {
                                   std::to_string(std::max(s.threads, 1)) + " threads per rank")
                                      .c_str()
                                : "");
+  if (dist.leader() && s.schedule == "cosine")
+    std::printf("  learning rate: cosine from %g to 0 over the %d epochs, per step\n", s.lr, s.epochs);
   auto write_outputs = [&](bool complete) {
     outputs.write([&](const std::string& flag) {
                     if (flag == "--json") return to_json(s, device, details, train_set.count, results, complete);

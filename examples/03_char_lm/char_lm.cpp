@@ -392,6 +392,7 @@ int main(int argc, char** argv) try {
       .flag("json", "", "write the summary as JSON to FILE", "FILE")
       .flag("csv", "", "write every step (level, interval, step, loss, loss scale, skipped) to FILE", "FILE");
   if (!args.parse(argc, argv)) return 0;
+  examples::watch_interrupts();  // before any thread starts (see run.hpp)
   Settings s;
   s.model.context = args.integer("context", 2, 4096);
   s.model.layers = args.integer("layers", 1, 256);
@@ -432,7 +433,6 @@ int main(int argc, char** argv) try {
               static_cast<long long>(s.model.width), static_cast<long long>(s.model.context),
               static_cast<long long>(s.batch), static_cast<long long>(s.steps));
 
-  examples::watch_interrupts();
   std::string device, details;
   std::vector<LevelResult> results;
   auto write_outputs = [&](bool complete) {

@@ -2,9 +2,13 @@
 // What every example does around its training: result files checked before
 // training and written all or nothing, and an interrupt (SIGINT, SIGTERM) that
 // stops after the current step, keeps what finished and exits with the signal.
+#include <pthread.h>
+
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -13,27 +17,49 @@
 namespace examples {
 
 namespace detail {
-inline volatile std::sig_atomic_t caught_signal = 0;
-extern "C" inline void on_interrupt(int sig) { caught_signal = sig; }
+inline std::atomic<int> caught_signal{0};
+inline sigset_t interrupt_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  return set;
+}
 }  // namespace detail
 
-// Catches SIGINT and SIGTERM from now on; the training loops poll interrupted().
+// Catches SIGINT and SIGTERM from now on; the training loops poll interrupted(),
+// and a second signal ends the process at once. Call it first in main, before
+// any thread starts: the signals are blocked in this thread and in every thread
+// started later (OpenMP's, MPI's), and one watcher thread takes them with
+// sigwait. No handler ever interrupts other code, which matters: oneDNN 2.x's
+// JIT GEMM points rsp into the heap while it runs, so a signal frame pushed
+// there corrupts the heap (oneDNN issue #4845).
 inline void watch_interrupts() {
-  struct sigaction action {};
-  action.sa_handler = detail::on_interrupt;
-  sigemptyset(&action.sa_mask);
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  const sigset_t set = detail::interrupt_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) continue;
+      if (detail::caught_signal.exchange(sig) != 0) {  // the second one: die by it now
+        std::signal(sig, SIG_DFL);
+        pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+        std::raise(sig);
+      }
+    }
+  }).detach();
 }
 
-inline bool interrupted() { return detail::caught_signal != 0; }
+inline bool interrupted() { return detail::caught_signal.load(std::memory_order_relaxed) != 0; }
 
 // Ends the process as the signal would have (exit status 128 + signal).
 [[noreturn]] inline void exit_by_signal() {
   const int sig = detail::caught_signal;
   std::fflush(nullptr);  // the signal ends the process without flushing stdio
   std::signal(sig, SIG_DFL);
-  std::raise(sig);
+  std::raise(sig);  // pending while blocked in this thread: unblocking delivers it
+  const sigset_t set = detail::interrupt_signals();
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
   std::_Exit(128 + sig);
 }
 

@@ -32,6 +32,7 @@ with tempfile.TemporaryDirectory() as tmp:
                           (["--train-subset", "-1"], "--train-subset must be an integer in [0, 2147483647], got '-1'"),
                           (["--opt-level", "O9"], "unknown --opt-level 'O9'"),
                           (["--distributed", "maybe"], "--distributed must be yes or no, got 'maybe'"),
+                          (["--schedule", "linear"], "--schedule must be constant or cosine, got 'linear'"),
                           (["--data", "/nonexistent"], "data set file '/nonexistent/"),
                           (["--frobnicate", "1"], "unknown flag '--frobnicate'"),
                           (["--epochs"], "flag '--epochs' needs a value"),
@@ -86,6 +87,28 @@ with tempfile.TemporaryDirectory() as tmp:
                           (["--import", ck], "claims a header of")):
         r = run("--data", data, "--device", "cpu", "--train-subset", "2000", "--opt-level", "O2", *args)
         assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
+
+    # A cosine run stopped by SIGINT after an epoch's checkpoint and resumed = the same run straight: the schedule
+    # goes on from the saved step. Its length is --epochs, so resuming with other --epochs is refused.
+    cosine = ["--data", data, "--device", "cpu", "--train-subset", "6000", "--opt-level", "O1", "--schedule", "cosine",
+              "--epochs", "3"]
+    straight, resumed = os.path.join(tmp, "cos-straight.csv"), os.path.join(tmp, "cos-resumed.csv")
+    r = run(*cosine, "--csv", straight, "--json", straight + ".json")
+    assert r.returncode == 0, r.stderr
+    with open(straight + ".json") as f:
+        assert json.load(f)["settings"]["schedule"] == "cosine"
+    ck = os.path.join(tmp, "cos.ckpt")
+    proc = subprocess.Popen([binary, *cosine, "--save", ck], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not os.path.exists(ck) and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    r = run(*cosine, "--resume", ck, "--csv", resumed)
+    if proc.returncode == -signal.SIGINT:  # else all 3 epochs were done before the signal: nothing to resume
+        assert r.returncode == 0 and "resumed from" in r.stdout, (r.stdout, r.stderr)
+        assert open(resumed).read() == open(straight).read(), "the resumed cosine run differs from the straight one"
+    r = run(*cosine[:-1], "4", "--resume", ck)
+    assert r.returncode == 2 and "epochs=3" in r.stderr, r.stderr
 
     # SIGINT during a multi-level run: the finished levels are kept, marked incomplete; exit by the signal.
     os.remove(json_path)
