@@ -4,7 +4,7 @@
 # accuracy, the ratios and the targets. A benchmark, not a test.
 # Usage: bench/cpu_vs_pytorch.sh [epochs (3)] [mlp|cnn]
 # (cnn: O0, O1-bf16 and O2-bf16, the levels its targets name, with the cosine
-# schedule in both; an epoch takes ~25-60 s each)
+# schedule in both; an epoch takes ~12-45 s each)
 set -euo pipefail
 source "$(dirname "$0")/../scripts/env.sh"
 epochs=${1:-3}

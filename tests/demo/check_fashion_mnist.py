@@ -63,13 +63,14 @@ with tempfile.TemporaryDirectory() as tmp:
     assert summary["settings"]["epochs"] == 1 and summary["settings"]["train_subset"] == 600, summary["settings"]
     assert all(len(line) <= 80 for line in r.stdout.splitlines()), "output wider than 80 columns"
 
-    # Checkpoints: 3 epochs straight = 1 epoch, save, resume in a fresh process to 3 (the same results, bit for bit).
+    # Checkpoints: 3 epochs straight = 1 epoch, save, resume in a fresh process to 3 (the same results, bit for bit;
+    # one thread, as oneDNN's fp32 GEMM sums in another order at another thread count).
     ck = os.path.join(tmp, "run.ckpt")
     runs = {}
     for name, args in (("straight", ["--epochs", "3"]), ("first", ["--epochs", "1", "--save", ck]),
                        ("resumed", ["--epochs", "3", "--resume", ck])):
         paths = [os.path.join(tmp, f"{name}.{ext}") for ext in ("json", "csv", "pred")]
-        r = run("--data", data, "--device", "cpu", "--train-subset", "2000", "--opt-level", "O2", *args,
+        r = run("--data", data, "--device", "cpu", "--threads", "1", "--train-subset", "2000", "--opt-level", "O2", *args,
                 "--json", paths[0], "--csv", paths[1], "--predictions", paths[2])
         assert r.returncode == 0, r.stderr
         with open(paths[0]) as f:
@@ -89,9 +90,11 @@ with tempfile.TemporaryDirectory() as tmp:
         assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
 
     # A cosine run stopped by SIGINT after an epoch's checkpoint and resumed = the same run straight: the schedule
-    # goes on from the saved step. Its length is --epochs, so resuming with other --epochs is refused.
-    cosine = ["--data", data, "--device", "cpu", "--train-subset", "6000", "--opt-level", "O1", "--schedule", "cosine",
-              "--epochs", "3"]
+    # goes on from the saved step. Its length is --epochs, so resuming with other --epochs is refused. One thread
+    # in every run: oneDNN's fp32 GEMM sums in another order at another thread count, and the default count (the
+    # idle cores) changes with what else runs.
+    cosine = ["--data", data, "--device", "cpu", "--threads", "1", "--train-subset", "6000", "--opt-level", "O1",
+              "--schedule", "cosine", "--epochs", "3"]
     straight, resumed = os.path.join(tmp, "cos-straight.csv"), os.path.join(tmp, "cos-resumed.csv")
     r = run(*cosine, "--csv", straight, "--json", straight + ".json")
     assert r.returncode == 0, r.stderr

@@ -52,8 +52,14 @@ AMP_HOST_DEVICE inline float bits_float(std::uint32_t u) {
 #endif
 }
 
-AMP_HOST_DEVICE inline std::uint16_t bits(half h) { return __half_raw(h).x; }
-AMP_HOST_DEVICE inline std::uint16_t bits(bfloat16 b) { return __nv_bfloat16_raw(b).x; }
+// The 16 bits read as an integer through a reference: a copy of CUDA's class
+// types is an aggregate load, which GCC does not vectorise.
+template <class T>
+  requires(std::is_same_v<T, half> || std::is_same_v<T, bfloat16>)
+AMP_HOST_DEVICE inline std::uint16_t bits(const T& x) {
+  static_assert(sizeof(T) == sizeof(std::uint16_t) && std::is_standard_layout_v<T>);
+  return *reinterpret_cast<const std::uint16_t*>(&x);  // the first (only) member
+}
 
 AMP_HOST_DEVICE inline half half_from_bits(std::uint16_t x) {
   __half_raw raw;
@@ -139,7 +145,7 @@ inline std::uint16_t float_to_bfloat16_bits(float f) {
 }
 
 template <class T>
-AMP_HOST_DEVICE inline float to_float(T x) {
+AMP_HOST_DEVICE inline float to_float(const T& x) {
   if constexpr (std::is_same_v<T, float>) {
     return x;
   } else if constexpr (std::is_same_v<T, half>) {
@@ -181,7 +187,7 @@ AMP_HOST_DEVICE inline T from_float(float x) {
 // cast<To>(x): every conversion between amp scalars goes through float, which
 // holds half and bfloat16 exactly, so there is a single rounding step.
 template <class To, class From>
-AMP_HOST_DEVICE inline To cast(From x) {
+AMP_HOST_DEVICE inline To cast(const From& x) {
   if constexpr (std::is_same_v<To, From>) {
     return x;
   } else {

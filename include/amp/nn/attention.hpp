@@ -187,19 +187,21 @@ class CausalSelfAttention {
     {
       Temporaries<P, B> temp(g);
       G* parts[3] = {q, k, v};
-      for (int part = 0; part < 3; ++part) for_each(ctx, head_rows, detail::ToHeadsOp<T, G>{qkv.data, parts[part], layout(part)});
+      for (int part = 0; part < 3; ++part)
+        for_each(ctx, head_rows, detail::ToHeadsOp<T, G>{qkv.data, parts[part], layout(part)}, static_cast<std::size_t>(s.dim));
       S* sc = g.template scratch<S>(scores);
       const GemmBatch qk{n, time * s.dim, time * s.dim, time * time};
       gemm_batched(ctx, Matrix<const G>(q, time, s.dim, s.dim), transpose::no, Matrix<const G>(k, time, s.dim, s.dim),
                    transpose::yes, Matrix<S>(sc, time, time, time), qk, alpha);
       for_each(ctx, static_cast<std::size_t>(n * time),
-               detail::CausalSoftmaxOp<C, S, G>{sc, probs, dropped, time, stream, p, 1.0f / (1.0f - p)});
+               detail::CausalSoftmaxOp<C, S, G>{sc, probs, dropped, time, stream, p, 1.0f / (1.0f - p)},
+               static_cast<std::size_t>(time));
       T* heads_out = g.template scratch<T>(per_head);
       const GemmBatch pv{n, time * time, time * s.dim, time * s.dim};
       gemm_batched(ctx, Matrix<const G>(dropped, time, time, time), transpose::no, Matrix<const G>(v, time, s.dim, s.dim),
                    transpose::no, Matrix<T>(heads_out, time, s.dim, s.dim), pv);
       const detail::HeadLayout merged{time, s.heads, s.dim, s.features, 0};
-      for_each(ctx, head_rows, detail::FromHeadsOp<T, T>{heads_out, y.data, merged, false});
+      for_each(ctx, head_rows, detail::FromHeadsOp<T, T>{heads_out, y.data, merged, false}, static_cast<std::size_t>(s.dim));
     }
     g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, qkv, y, q, k, v, probs, dropped, stream, p, alpha); });
     return y;
@@ -219,7 +221,7 @@ class CausalSelfAttention {
     // dY per head, in the GEMM type.
     G* dh = g.template scratch<G>(per_head);
     const detail::HeadLayout merged{time, s.heads, s.dim, s.features, 0};
-    for_each(ctx, head_rows, detail::ToHeadsOp<T, G>{dy, dh, merged});
+    for_each(ctx, head_rows, detail::ToHeadsOp<T, G>{dy, dh, merged}, static_cast<std::size_t>(s.dim));
     const Matrix<const G> dY(dh, time, s.dim, s.dim), Q(q, time, s.dim, s.dim), K(k, time, s.dim, s.dim),
         V(v, time, s.dim, s.dim);
     const GemmBatch tt{n, time * s.dim, time * s.dim, time * time};   // [t x d] [t x d]^T -> [t x t]
@@ -229,7 +231,8 @@ class CausalSelfAttention {
     gemm_batched(ctx, dY, transpose::no, V, transpose::yes, Matrix<float>(d_dropped, time, time, time), tt);
     G* ds = g.template scratch<G>(scores);
     for_each(ctx, static_cast<std::size_t>(n * time),
-             detail::CausalSoftmaxGradOp<C, G>{d_dropped, probs, ds, time, stream, p, 1.0f / (1.0f - p)});
+             detail::CausalSoftmaxGradOp<C, G>{d_dropped, probs, ds, time, stream, p, 1.0f / (1.0f - p)},
+             static_cast<std::size_t>(time));
     // dQ = alpha dS K, dK = alpha dS^T Q, dV = Pd^T dY; each into its block of dqkv.
     T* d_part = g.template scratch<T>(per_head);
     const Matrix<const G> dS(ds, time, time, time), Pd(dropped, time, time, time);
@@ -239,7 +242,7 @@ class CausalSelfAttention {
       else if (part == 1) gemm_batched(ctx, dS, transpose::yes, Q, transpose::no, out, td, alpha);
       else gemm_batched(ctx, Pd, transpose::yes, dY, transpose::no, out, td);
       const detail::HeadLayout block{time, s.heads, s.dim, 3 * s.features, part * s.features};
-      for_each(ctx, head_rows, detail::FromHeadsOp<T, T>{d_part, dqkv.data, block, dqkv.accumulate});
+      for_each(ctx, head_rows, detail::FromHeadsOp<T, T>{d_part, dqkv.data, block, dqkv.accumulate}, static_cast<std::size_t>(s.dim));
     }
   }
 

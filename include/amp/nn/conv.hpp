@@ -1,12 +1,15 @@
 #pragma once
 // Conv2d on channels-last images [N, H, W, C], weights in PyTorch's layout
 // [K, C, kh, kw]. im2col gathers every output pixel's receptive field into a
-// row (columns in the weight's (c, r, s) order), so the whole batch is one
-// GEMM in compute_type<conv> with fp32 accumulation, its bias and relu/gelu
-// fused into the epilogue: Y[N*Ho*Wo, K] = cols * W^T + b. Backward: the
-// weight gradient is one GEMM (bias gradient fused), the input gradient a GEMM
-// into columns and col2im, written as a gather so nothing races. The columns
-// are temporaries, rebuilt in backward rather than kept.
+// row in tap-major order (r, s, c), so each tap is a contiguous run of
+// channels, and the whole batch is one GEMM in compute_type<conv> with fp32
+// accumulation, its bias and relu/gelu fused into the epilogue:
+// Y[N*Ho*Wo, K] = cols * Wt^T + b, where Wt is the weight copied to
+// [K, kh, kw, C] per step (a few thousand values). Backward: the weight
+// gradient is one GEMM into fp32 tap-major scratch (bias gradient fused),
+// added into the [K, C, kh, kw] gradient with one rounding; the input gradient
+// a GEMM into columns and col2im, written as a gather so nothing races. The
+// columns are temporaries, rebuilt in backward rather than kept.
 #include <string>
 #include <type_traits>
 
@@ -27,30 +30,34 @@ struct ConvGeometry {
 };
 
 namespace detail {
-// Row p of the columns (an output pixel): cols[p, (c, r, s)] =
+// Row p of the columns (an output pixel): cols[p, (r, s, c)] =
 // x[n, ho*stride - pad + r*dil, wo*stride - pad + s*dil, c], or 0 outside. One
-// work item per output pixel keeps index arithmetic out of the inner loops.
+// work item per output pixel keeps index arithmetic out of the channel loops.
 template <class T, class U>
 struct Im2ColOp {
   const T* x;
   U* cols;
   ConvGeometry g;
   AMP_HOST_DEVICE void operator()(std::size_t pixel) const {
+    if (g.c == 1) copy_taps(pixel, std::integral_constant<std::int64_t, 1>{});  // a first layer on grey images
+    else copy_taps(pixel, g.c);
+  }
+
+  template <class Channels>
+  AMP_HOST_DEVICE void copy_taps(std::size_t pixel, Channels channels) const {
     const auto p = static_cast<std::int64_t>(pixel);
     const std::int64_t wo = p % g.wo, ho = (p / g.wo) % g.ho, n = p / (g.wo * g.ho);
-    U* row = cols + p * g.window();
-    const T* image = x + n * g.h * g.w * g.c;
-    const std::int64_t taps = g.kh * g.kw;
+    U* out = cols + p * g.window();
+    const T* image = x + n * g.h * g.w * channels;
     for (std::int64_t r = 0; r < g.kh; ++r) {
       const std::int64_t h = ho * g.stride - g.pad + r * g.dilation;
-      for (std::int64_t s = 0; s < g.kw; ++s) {
+      for (std::int64_t s = 0; s < g.kw; ++s, out += channels) {
         const std::int64_t w = wo * g.stride - g.pad + s * g.dilation;
-        U* out = row + r * g.kw + s;  // column (c, r, s) = c * taps + r * kw + s
         if (h < 0 || h >= g.h || w < 0 || w >= g.w) {
-          for (std::int64_t c = 0; c < g.c; ++c) out[c * taps] = cast<U>(0.0f);
+          for (std::int64_t c = 0; c < channels; ++c) out[c] = cast<U>(0.0f);
         } else {
-          const T* in = image + (h * g.w + w) * g.c;
-          for (std::int64_t c = 0; c < g.c; ++c) out[c * taps] = cast<U>(in[c]);
+          const T* in = image + (h * g.w + w) * channels;
+          for (std::int64_t c = 0; c < channels; ++c) out[c] = cast<U>(in[c]);
         }
       }
     }
@@ -58,52 +65,71 @@ struct Im2ColOp {
 };
 
 // Input pixel (n, h, w): dx[n, h, w, c] (+)= the sum of dcols over the output
-// pixels whose window covers it, in fp32; one work item per input pixel.
+// pixels whose window covers it, in fp32 and in tap order; one work item per
+// input pixel, its channels in blocks summed in registers.
 template <class D, class T>
 struct Col2ImOp {
+  static constexpr std::int64_t block = 16;  // channels summed at once: one AVX-512 register of floats
   const D* dcols;
   T* dx;
   ConvGeometry g;
   bool accumulate;
   AMP_HOST_DEVICE void operator()(std::size_t pixel) const {
     const auto q = static_cast<std::int64_t>(pixel);
-    const std::int64_t w = q % g.w, h = (q / g.w) % g.h, n = q / (g.w * g.h);
-    // The (output pixel, tap) pairs that read this input pixel: at most 64 (kernels up to 8x8) kept here.
-    constexpr int max_taps = 64;
-    std::int64_t where[max_taps];
-    int taps = 0;
-    bool overflow = false;
-    for (std::int64_t r = 0; r < g.kh; ++r) {
-      const std::int64_t hh = h + g.pad - r * g.dilation;
-      if (hh < 0 || hh % g.stride != 0 || hh / g.stride >= g.ho) continue;
-      for (std::int64_t s = 0; s < g.kw; ++s) {
-        const std::int64_t ww = w + g.pad - s * g.dilation;
-        if (ww < 0 || ww % g.stride != 0 || ww / g.stride >= g.wo) continue;
-        const std::int64_t p = (n * g.ho + hh / g.stride) * g.wo + ww / g.stride;
-        if (taps == max_taps) overflow = true;
-        else where[taps++] = p * g.window() + r * g.kw + s;  // + c * kh * kw per channel
-      }
-    }
-    const std::int64_t stride_c = g.kh * g.kw;
-    for (std::int64_t c = 0; c < g.c; ++c) {
-      float acc = 0.0f;
-      if (!overflow) {
-        for (int t = 0; t < taps; ++t) acc += cast<float>(dcols[where[t] + c * stride_c]);
-      } else {  // a kernel over 8x8: recompute the pairs per channel
-        for (std::int64_t r = 0; r < g.kh; ++r) {
-          const std::int64_t hh = h + g.pad - r * g.dilation;
-          if (hh < 0 || hh % g.stride != 0 || hh / g.stride >= g.ho) continue;
-          for (std::int64_t s = 0; s < g.kw; ++s) {
-            const std::int64_t ww = w + g.pad - s * g.dilation;
-            if (ww < 0 || ww % g.stride != 0 || ww / g.stride >= g.wo) continue;
-            const std::int64_t p = (n * g.ho + hh / g.stride) * g.wo + ww / g.stride;
-            acc += cast<float>(dcols[p * g.window() + c * stride_c + r * g.kw + s]);
-          }
-        }
-      }
-      store_grad(dx, static_cast<std::size_t>(q * g.c + c), acc, accumulate);
-    }
+    std::int64_t c0 = 0;
+    for (; c0 + block <= g.c; c0 += block) sum_block(q, c0, std::integral_constant<std::int64_t, block>{});
+    if (c0 < g.c) sum_block(q, c0, g.c - c0);
   }
+
+  // Channels [c0, c0 + width): a constant width lets the loops over them vectorise.
+  template <class Width>
+  AMP_HOST_DEVICE void sum_block(std::int64_t q, std::int64_t c0, Width width) const {
+    const std::int64_t w = q % g.w, h = (q / g.w) % g.h, n = q / (g.w * g.h);
+    float acc[block] = {};
+    for (std::int64_t r = 0; r < g.kh; ++r) {
+      std::int64_t oh, ow;
+      if (!output_at(h + g.pad - r * g.dilation, g.stride, g.ho, oh)) continue;
+      for (std::int64_t s = 0; s < g.kw; ++s) {
+        if (!output_at(w + g.pad - s * g.dilation, g.stride, g.wo, ow)) continue;
+        const D* d = dcols + ((n * g.ho + oh) * g.wo + ow) * g.window() + (r * g.kw + s) * g.c + c0;
+        for (std::int64_t j = 0; j < width; ++j) acc[j] += cast<float>(d[j]);
+      }
+    }
+    T* out = dx + q * g.c + c0;
+    with_flag(accumulate, [&](auto add) {
+      for (std::int64_t j = 0; j < width; ++j) store_grad(out, static_cast<std::size_t>(j), acc[j], add);
+    });
+  }
+};
+
+// Weight element i in PyTorch's order [K, C, kh, kw] <-> its place in tap-major [K, kh, kw, C].
+struct TapMajorIndex {
+  std::int64_t channels, taps;
+  AMP_HOST_DEVICE std::int64_t operator()(std::size_t i) const {
+    const auto at = static_cast<std::int64_t>(i);
+    const std::int64_t window = channels * taps, k = at / window, c = at % window / taps, tap = at % taps;
+    return k * window + tap * channels + c;
+  }
+};
+template <class G>
+struct ToTapMajorOp {
+  const G* weight;
+  G* out;
+  TapMajorIndex index;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const { out[index(i)] = weight[i]; }
+};
+template <class GW>
+struct AddTapMajorGradOp {  // grad[i] += dw[tap-major i], one rounding
+  const float* dw;
+  GW* grad;
+  TapMajorIndex index;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const { store_grad(grad, i, dw[index(i)], true); }
+};
+template <class GW>
+struct AddGradFromFloatOp {
+  const float* d;
+  GW* grad;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const { store_grad(grad, i, d[i], true); }
 };
 
 }  // namespace detail
@@ -179,30 +205,37 @@ class Conv2d {
 
   static G* columns(Graph<P, B>& g, const ConvGeometry& geo, const T* x) {
     G* cols = g.template scratch<G>(static_cast<std::size_t>(geo.pixels() * geo.window()));
-    for_each(g.context(), static_cast<std::size_t>(geo.pixels()), detail::Im2ColOp<T, G>{x, cols, geo});
+    for_each(g.context(), static_cast<std::size_t>(geo.pixels()), detail::Im2ColOp<T, G>{x, cols, geo},
+             static_cast<std::size_t>(geo.window()));
     return cols;
   }
 
+  // The weight as [K, (r, s, c)], the columns' order: a copy in graph memory that backward reads too.
   static Matrix<const G> weight_matrix(Graph<P, B>& g, const Spec& s, const ConvGeometry& geo) {
-    return {g.params().template as<G>(s.weight).data, geo.k, geo.window(), geo.window()};
+    const auto count = static_cast<std::size_t>(geo.k * geo.window());
+    G* out = g.template scratch<G>(count);
+    for_each(g.context(), count,
+             detail::ToTapMajorOp<G>{g.params().template as<G>(s.weight).data, out, {geo.c, geo.kh * geo.kw}});
+    return {out, geo.k, geo.window(), geo.window()};
   }
 
   static Var<T> forward(Graph<P, B>& g, const Spec& s, const ConvGeometry& geo, Var<T> x) {
     Var<T> y = g.template tensor<T>(Shape{geo.n, geo.ho, geo.wo, geo.k});
     T* pre = s.act == activation::gelu ? g.template scratch<T>(y.size()) : nullptr;
+    const Matrix<const G> weight = weight_matrix(g, s, geo);
     {
       Temporaries<P, B> temp(g);
       const Matrix<const G> cols(columns(g, geo, x.data), geo.pixels(), geo.window(), geo.window());
       GemmEpilogue<T> ep{.act = s.act, .pre_activation = pre};
       if (s.has_bias) ep.bias = g.params().template as<T>(s.bias).data;
-      gemm(g.context(), cols, transpose::no, weight_matrix(g, s, geo), transpose::yes,
-           matrix(y.data, geo.pixels(), geo.k), ep);
+      gemm(g.context(), cols, transpose::no, weight, transpose::yes, matrix(y.data, geo.pixels(), geo.k), ep);
     }
-    g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, geo, x, y, pre); });
+    g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, geo, x, y, pre, weight); });
     return y;
   }
 
-  static void backward(Graph<P, B>& g, const Spec& s, const ConvGeometry& geo, Var<T> x, Var<T> y, const T* pre) {
+  static void backward(Graph<P, B>& g, const Spec& s, const ConvGeometry& geo, Var<T> x, Var<T> y, const T* pre,
+                       Matrix<const G> weight) {
     const T* dy = g.grad(y);
     if (!dy) return;
     auto& ctx = g.context();
@@ -223,14 +256,23 @@ class Conv2d {
     {
       Temporaries<P, B> cols_scope(g);
       const Matrix<const G> cols(columns(g, geo, x.data), geo.pixels(), geo.window(), geo.window());
-      GemmEpilogue<GW> ep{.beta = 1.0f};
-      if (s.has_bias) ep.grad_bias = params.grads(s.bias).data;
-      gemm(ctx, dzg, transpose::yes, cols, transpose::no, matrix(params.grads(s.weight).data, geo.k, geo.window()), ep);
+      const auto count = static_cast<std::size_t>(geo.k * geo.window());
+      float* dw = g.template scratch<float>(count);
+      GemmEpilogue<float> ep;
+      if (s.has_bias) {
+        ep.grad_bias = g.template scratch<float>(static_cast<std::size_t>(geo.k));
+        fill(ctx, Span<float>{ep.grad_bias, static_cast<std::size_t>(geo.k)}, 0.0f);
+      }
+      gemm(ctx, dzg, transpose::yes, cols, transpose::no, matrix(dw, geo.k, geo.window()), ep);
+      for_each(ctx, count, detail::AddTapMajorGradOp<GW>{dw, params.grads(s.weight).data, {geo.c, geo.kh * geo.kw}});
+      if (s.has_bias)
+        for_each(ctx, static_cast<std::size_t>(geo.k), detail::AddGradFromFloatOp<GW>{ep.grad_bias, params.grads(s.bias).data});
     }
     if (!dx) return;
     DCol* dcols = g.template scratch<DCol>(static_cast<std::size_t>(geo.pixels() * geo.window()));
-    gemm(ctx, dzg, transpose::no, weight_matrix(g, s, geo), transpose::no, matrix(dcols, geo.pixels(), geo.window()));
-    for_each(ctx, static_cast<std::size_t>(geo.n * geo.h * geo.w), detail::Col2ImOp<DCol, T>{dcols, dx.data, geo, dx.accumulate});
+    gemm(ctx, dzg, transpose::no, weight, transpose::no, matrix(dcols, geo.pixels(), geo.window()));
+    for_each(ctx, static_cast<std::size_t>(geo.n * geo.h * geo.w), detail::Col2ImOp<DCol, T>{dcols, dx.data, geo, dx.accumulate},
+             static_cast<std::size_t>(geo.window()));
   }
 
   std::string name_;

@@ -138,10 +138,12 @@ class Embedding {
       Temporaries<P, B> temp(gb);
       float* sums = gb.template scratch<float>(static_cast<std::size_t>(s.vocab * s.features));
       for_each(gb.context(), static_cast<std::size_t>(s.features),
-               detail::EmbedGradOp<T, GW>{ids.data, dy, batch * time, s.vocab, s.features, sums, ps.grads(s.table).data});
+               detail::EmbedGradOp<T, GW>{ids.data, dy, batch * time, s.vocab, s.features, sums, ps.grads(s.table).data},
+               static_cast<std::size_t>(batch * time));
       if (s.max_positions > 0)
         for_each(gb.context(), static_cast<std::size_t>(time * s.features),
-                 detail::PositionGradOp<T, GW>{dy, batch, time, s.features, ps.grads(s.positions).data});
+                 detail::PositionGradOp<T, GW>{dy, batch, time, s.features, ps.grads(s.positions).data},
+                 static_cast<std::size_t>(batch));
     });
     return y;
   }

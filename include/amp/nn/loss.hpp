@@ -306,9 +306,11 @@ Loss<P, B> cross_entropy(Context<B>& ctx, const Output<P, B>& pred, Span<const s
     const auto* y = l.template target<std::int32_t>();
     auto& c = l.graph().context();
     if (scale)
-      for_each(c, rows, detail::CrossEntropyGradOp<true, S, C, T>{p.var.data, y, g.data, p.cols(), scale, weight, k, g.accumulate});
+      for_each(c, rows, detail::CrossEntropyGradOp<true, S, C, T>{p.var.data, y, g.data, p.cols(), scale, weight, k, g.accumulate},
+               static_cast<std::size_t>(p.cols()));
     else
-      for_each(c, rows, detail::CrossEntropyGradOp<false, S, C, T>{p.var.data, y, g.data, p.cols(), scale, weight, k, g.accumulate});
+      for_each(c, rows, detail::CrossEntropyGradOp<false, S, C, T>{p.var.data, y, g.data, p.cols(), scale, weight, k, g.accumulate},
+               static_cast<std::size_t>(p.cols()));
   };
   return Loss<P, B>(pred, labels.data, pred.cols(), slot, seed, "cross_entropy");
 }

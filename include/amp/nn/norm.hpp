@@ -47,16 +47,15 @@ struct GradAt {
   std::int64_t cols;
   AMP_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const { return cast<float>(dy[r * cols + c]); }
 };
-template <class T>
+template <class T, bool PerRow>
 struct GradXhatAt {
   const T* dy;
   const T* x;
-  const float* mean;     // per column (BatchNorm) or per row (LayerNorm)
+  const float* mean;     // per row (LayerNorm) or per column (BatchNorm)
   const float* inv_std;
   std::int64_t cols;
-  bool per_row;
   AMP_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const {
-    const std::int64_t s = per_row ? r : c;
+    const std::int64_t s = PerRow ? r : c;
     return cast<float>(dy[r * cols + c]) * (cast<float>(x[r * cols + c]) - mean[s]) * inv_std[s];
   }
 };
@@ -113,8 +112,8 @@ struct RunningStatsOp {
 };
 
 // Row r: y = round_C((x - mean) inv_std) * gamma + beta, statistics per
-// column (BatchNorm) or per row (LayerNorm).
-template <class C, class T, class N>
+// row (LayerNorm) or per column (BatchNorm).
+template <class C, class T, class N, bool PerRow>
 struct NormalizeOp {
   const T* x;
   T* y;
@@ -123,15 +122,18 @@ struct NormalizeOp {
   const N* gamma;  // nullptr: no affine
   const N* beta;
   std::int64_t cols;
-  bool per_row;
   AMP_HOST_DEVICE void operator()(std::size_t r) const {
-    const std::int64_t base = static_cast<std::int64_t>(r) * cols;
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const std::int64_t s = per_row ? static_cast<std::int64_t>(r) : c;
-      float v = round_to<C>((cast<float>(x[base + c]) - mean[s]) * inv_std[s]);
-      if (gamma) v = v * cast<float>(gamma[c]) + cast<float>(beta[c]);
-      y[base + c] = cast<T>(round_to<C>(v));
-    }
+    const std::int64_t row = static_cast<std::int64_t>(r), width = cols;
+    const T* in = x + row * width;
+    T* out = y + row * width;
+    with_flag(gamma != nullptr, [&](auto affine) {
+      for (std::int64_t c = 0; c < width; ++c) {
+        const std::int64_t s = PerRow ? row : c;
+        float v = round_to<C>((cast<float>(in[c]) - mean[s]) * inv_std[s]);
+        if constexpr (affine) v = v * cast<float>(gamma[c]) + cast<float>(beta[c]);
+        out[c] = cast<T>(round_to<C>(v));
+      }
+    });
   }
 };
 
@@ -151,17 +153,26 @@ struct BatchNormGradOp {
   bool training, accumulate;
   AMP_HOST_DEVICE void operator()(std::size_t r) const {  // row r, every channel
     const float rows = count();
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const auto i = static_cast<std::size_t>(static_cast<std::int64_t>(r) * cols + c);
-      const float scale = (gamma ? cast<float>(gamma[c]) : 1.0f) * inv_std[c];
-      const float g = cast<float>(dy[i]);
-      float v = scale * g;
-      if (training) {
-        const float xhat = (cast<float>(x[i]) - mean[c]) * inv_std[c];
-        v = scale * (g - (sum_dy[c] + xhat * sum_dy_xhat[c]) / rows);
-      }
-      store_grad(dx, i, round_to<C>(v), accumulate);
-    }
+    const std::int64_t width = cols;
+    const auto base = static_cast<std::size_t>(static_cast<std::int64_t>(r) * width);
+    with_flag(gamma != nullptr, [&](auto affine) {
+      with_flag(training, [&](auto train) {
+        with_flag(accumulate, [&](auto add) {
+          for (std::int64_t c = 0; c < width; ++c) {
+            const std::size_t i = base + static_cast<std::size_t>(c);
+            float scale = inv_std[c];
+            if constexpr (affine) scale *= cast<float>(gamma[c]);
+            const float g = cast<float>(dy[i]);
+            float v = scale * g;
+            if constexpr (train) {
+              const float xhat = (cast<float>(x[i]) - mean[c]) * inv_std[c];
+              v = scale * (g - (sum_dy[c] + xhat * sum_dy_xhat[c]) / rows);
+            }
+            store_grad(dx, i, round_to<C>(v), add);
+          }
+        });
+      });
+    });
   }
 };
 
@@ -316,7 +327,8 @@ class BatchNorm {
     const N* gamma = s.affine ? params.values(s.weight).data : nullptr;
     const N* beta = s.affine ? params.values(s.bias).data : nullptr;
     Var<T> y = g.template tensor<T>(x.shape);
-    for_each(ctx, static_cast<std::size_t>(rows), detail::NormalizeOp<C, T, N>{x.data, y.data, mean, inv_std, gamma, beta, cols, false});
+    for_each(ctx, static_cast<std::size_t>(rows), detail::NormalizeOp<C, T, N, false>{x.data, y.data, mean, inv_std, gamma, beta, cols},
+             static_cast<std::size_t>(cols));
     g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, x, y, mean, inv_std, training, sync, count); });
     return y;
   }
@@ -333,7 +345,7 @@ class BatchNorm {
     float* sum_dy = g.template scratch<float>(static_cast<std::size_t>(2 * cols));
     float* sum_dy_xhat = sum_dy + cols;
     column_sums(g, rows, cols, detail::GradAt<T>{dy, cols}, sum_dy);
-    column_sums(g, rows, cols, detail::GradXhatAt<T>{dy, x.data, mean, inv_std, cols, false}, sum_dy_xhat);
+    column_sums(g, rows, cols, detail::GradXhatAt<T, false>{dy, x.data, mean, inv_std, cols}, sum_dy_xhat);
     const N* gamma = s.affine ? params.values(s.weight).data : nullptr;
     if (s.affine)  // this rank's sums: data parallel adds the parameter gradients over the ranks
       for_each(ctx, static_cast<std::size_t>(cols), detail::AffineGradOp<N>{sum_dy, sum_dy_xhat, params.grads(s.weight).data,
@@ -341,7 +353,8 @@ class BatchNorm {
     if (dx) {
       if (sync) sync->all_reduce_sum(ctx, Span<float>(sum_dy, static_cast<std::size_t>(2 * cols)));
       for_each(ctx, static_cast<std::size_t>(rows), detail::BatchNormGradOp<C, T, N>{x.data, dy, dx.data, mean, inv_std, sum_dy, sum_dy_xhat,
-                                                               gamma, cols, count, training, dx.accumulate});
+                                                               gamma, cols, count, training, dx.accumulate},
+               static_cast<std::size_t>(cols));
     }
   }
 
@@ -401,11 +414,13 @@ class LayerNorm {
     const std::int64_t rows = x.rows(), cols = s.features;
     float* mean = g.template scratch<float>(static_cast<std::size_t>(rows));
     float* inv_std = g.template scratch<float>(static_cast<std::size_t>(rows));
-    for_each(ctx, static_cast<std::size_t>(rows), detail::RowStatsOp<T>{x.data, mean, inv_std, cols, s.eps});
+    for_each(ctx, static_cast<std::size_t>(rows), detail::RowStatsOp<T>{x.data, mean, inv_std, cols, s.eps},
+             static_cast<std::size_t>(cols));
     const N* gamma = s.affine ? params.values(s.weight).data : nullptr;
     const N* beta = s.affine ? params.values(s.bias).data : nullptr;
     Var<T> y = g.template tensor<T>(x.shape);
-    for_each(ctx, static_cast<std::size_t>(rows), detail::NormalizeOp<C, T, N>{x.data, y.data, mean, inv_std, gamma, beta, cols, true});
+    for_each(ctx, static_cast<std::size_t>(rows), detail::NormalizeOp<C, T, N, true>{x.data, y.data, mean, inv_std, gamma, beta, cols},
+             static_cast<std::size_t>(cols));
     g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, x, y, mean, inv_std); });
     return y;
   }
@@ -423,13 +438,14 @@ class LayerNorm {
       float* sum_dy = g.template scratch<float>(static_cast<std::size_t>(cols));
       float* sum_dy_xhat = g.template scratch<float>(static_cast<std::size_t>(cols));
       column_sums(g, rows, cols, detail::GradAt<T>{dy, cols}, sum_dy);
-      column_sums(g, rows, cols, detail::GradXhatAt<T>{dy, x.data, mean, inv_std, cols, true}, sum_dy_xhat);
+      column_sums(g, rows, cols, detail::GradXhatAt<T, true>{dy, x.data, mean, inv_std, cols}, sum_dy_xhat);
       for_each(ctx, static_cast<std::size_t>(cols), detail::AffineGradOp<N>{sum_dy, sum_dy_xhat, params.grads(s.weight).data,
                                                                               params.grads(s.bias).data});
     }
     if (dx)
       for_each(ctx, static_cast<std::size_t>(rows),
-               detail::LayerNormGradOp<C, T, N>{x.data, dy, dx.data, mean, inv_std, gamma, cols, dx.accumulate});
+               detail::LayerNormGradOp<C, T, N>{x.data, dy, dx.data, mean, inv_std, gamma, cols, dx.accumulate},
+               static_cast<std::size_t>(cols));
   }
 
   std::string name_;

@@ -35,35 +35,39 @@ struct MaxPoolOp {
   PoolGeometry g;
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
     const PixelOf o(i, g.ho, g.wo);
-    T* out = y + i * static_cast<std::size_t>(g.c);
-    std::uint8_t* at = argmax + i * static_cast<std::size_t>(g.c);
+    const std::int64_t channels = g.c;
+    T* out = y + i * static_cast<std::size_t>(channels);
+    std::uint8_t* at = argmax + i * static_cast<std::size_t>(channels);
     bool first = true;
     for (std::int64_t r = 0; r < g.kernel; ++r)
       for (std::int64_t s = 0; s < g.kernel; ++s) {
         const std::int64_t h = o.h * g.stride - g.pad + r, w = o.w * g.stride - g.pad + s;
         if (h < 0 || h >= g.h || w < 0 || w >= g.w) continue;
-        const T* in = x + ((o.n * g.h + h) * g.w + w) * g.c;
+        const T* in = x + ((o.n * g.h + h) * g.w + w) * channels;
         const auto k = static_cast<std::uint8_t>(r * g.kernel + s);
-        for (std::int64_t c = 0; c < g.c; ++c) {  // the first maximum wins; NaN propagates
-          const float v = cast<float>(in[c]), best = cast<float>(out[c]);
-          if (first || v > best || (v != v && best == best)) out[c] = in[c], at[c] = k;
+        if (first) {
+          for (std::int64_t c = 0; c < channels; ++c) out[c] = in[c], at[c] = k;
+        } else {
+          for (std::int64_t c = 0; c < channels; ++c) {  // the first maximum wins; NaN propagates. Selects vectorise
+            const float v = cast<float>(in[c]), best = cast<float>(out[c]);
+            const bool take = v > best || (v != v && best == best);
+            out[c] = cast<T>(take ? v : best);
+            at[c] = take ? k : at[c];
+          }
         }
         first = false;
       }
   }
 };
 
-// For input pixel (h, w): f(output pixel offset, r, s) for each window that contains it.
+// For input pixel (h, w): f(offset of the output pixel, tap r * kernel + s) for each window that contains it.
 template <class F>
 AMP_HOST_DEVICE void each_window(const PoolGeometry& g, std::int64_t n, std::int64_t h, std::int64_t w, F f) {
   for (std::int64_t r = 0; r < g.kernel; ++r) {
-    const std::int64_t hh = h + g.pad - r;
-    if (hh < 0 || hh % g.stride != 0 || hh / g.stride >= g.ho) continue;
-    for (std::int64_t s = 0; s < g.kernel; ++s) {
-      const std::int64_t ww = w + g.pad - s;
-      if (ww < 0 || ww % g.stride != 0 || ww / g.stride >= g.wo) continue;
-      f(((n * g.ho + hh / g.stride) * g.wo + ww / g.stride) * g.c, r * g.kernel + s);
-    }
+    std::int64_t oh, ow;
+    if (!output_at(h + g.pad - r, g.stride, g.ho, oh)) continue;
+    for (std::int64_t s = 0; s < g.kernel; ++s)
+      if (output_at(w + g.pad - s, g.stride, g.wo, ow)) f(((n * g.ho + oh) * g.wo + ow) * g.c, r * g.kernel + s);
   }
 }
 
@@ -76,16 +80,21 @@ struct MaxPoolGradOp {
   bool accumulate;
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
     const PixelOf p(i, g.h, g.w);
-    T* out = dx + i * static_cast<std::size_t>(g.c);
-    bool first = true;  // the first window writes (or adds to an earlier gradient), the others add
+    const std::int64_t channels = g.c;
+    T* out = dx + i * static_cast<std::size_t>(channels);
+    bool write = !accumulate;  // the first window writes (unless accumulating), the others add
     each_window(g, p.n, p.h, p.w, [&](std::int64_t o, std::int64_t k) {
-      for (std::int64_t c = 0; c < g.c; ++c)
-        store_grad(out, static_cast<std::size_t>(c), argmax[o + c] == k ? cast<float>(dy[o + c]) : 0.0f,
-                   accumulate || !first);
-      first = false;
+      const T* d = dy + o;
+      const std::uint8_t* at = argmax + o;
+      if (write) {
+        for (std::int64_t c = 0; c < channels; ++c) out[c] = cast<T>(at[c] == k ? cast<float>(d[c]) : 0.0f);
+      } else {
+        for (std::int64_t c = 0; c < channels; ++c) out[c] = cast<T>(cast<float>(out[c]) + (at[c] == k ? cast<float>(d[c]) : 0.0f));
+      }
+      write = false;
     });
-    if (first)
-      for (std::int64_t c = 0; c < g.c; ++c) store_grad(out, static_cast<std::size_t>(c), 0.0f, accumulate);
+    if (write)
+      for (std::int64_t c = 0; c < channels; ++c) out[c] = cast<T>(0.0f);
   }
 };
 
@@ -188,24 +197,27 @@ class Pool2d {
                 " window does not fit the input ", x.shape.str());
     Var<T> y = g.template tensor<T>(Shape{geo.n, geo.ho, geo.wo, geo.c});
     auto& ctx = g.context();
+    const auto window = static_cast<std::size_t>(geo.c * cfg_.kernel * cfg_.kernel);  // an item's work
     if constexpr (Max) {
       std::uint8_t* argmax = g.template scratch<std::uint8_t>(y.size());
-      for_each(ctx, static_cast<std::size_t>(geo.n * geo.ho * geo.wo), detail::MaxPoolOp<T>{x.data, y.data, argmax, geo});
+      for_each(ctx, static_cast<std::size_t>(geo.n * geo.ho * geo.wo), detail::MaxPoolOp<T>{x.data, y.data, argmax, geo},
+               window);
       g.on_backward([=](Graph<P, B>& gb) {
         const T* dy = gb.grad(y);
         const GradOut<T> dx = gb.grad_out(x);
         if (dy && dx)
           for_each(gb.context(), static_cast<std::size_t>(geo.n * geo.h * geo.w),
-                   detail::MaxPoolGradOp<T>{dy, argmax, dx.data, geo, dx.accumulate});
+                   detail::MaxPoolGradOp<T>{dy, argmax, dx.data, geo, dx.accumulate}, window);
       });
     } else {
-      for_each(ctx, static_cast<std::size_t>(geo.n * geo.ho * geo.wo), detail::AvgPoolOp<C, T>{x.data, y.data, geo});
+      for_each(ctx, static_cast<std::size_t>(geo.n * geo.ho * geo.wo), detail::AvgPoolOp<C, T>{x.data, y.data, geo},
+               window);
       g.on_backward([=](Graph<P, B>& gb) {
         const T* dy = gb.grad(y);
         const GradOut<T> dx = gb.grad_out(x);
         if (dy && dx)
           for_each(gb.context(), static_cast<std::size_t>(geo.n * geo.h * geo.w),
-                   detail::AvgPoolGradOp<C, T>{dy, dx.data, geo, dx.accumulate});
+                   detail::AvgPoolGradOp<C, T>{dy, dx.data, geo, dx.accumulate}, window);
       });
     }
     return y;
@@ -237,13 +249,15 @@ class GlobalAvgPool {
     AMP_REQUIRE(x.shape.rank() == 4, "GlobalAvgPool: input ", x.shape.str(), " is not a batch [N, H, W, C]");
     const std::int64_t n = x.shape[0], positions = x.shape[1] * x.shape[2], c = x.shape[3];
     Var<T> y = g.template tensor<T>(Shape{n, c});
-    for_each(g.context(), y.size(), detail::GlobalMeanOp<C, T>{x.data, y.data, positions, c});
+    for_each(g.context(), y.size(), detail::GlobalMeanOp<C, T>{x.data, y.data, positions, c},
+             static_cast<std::size_t>(positions));
     g.on_backward([=](Graph<P, B>& gb) {
       const T* dy = gb.grad(y);
       const GradOut<T> dx = gb.grad_out(x);
       if (dy && dx)
         for_each(gb.context(), static_cast<std::size_t>(n * positions),
-                 detail::GlobalMeanGradOp<C, T>{dy, dx.data, positions, c, dx.accumulate});
+                 detail::GlobalMeanGradOp<C, T>{dy, dx.data, positions, c, dx.accumulate},
+                 static_cast<std::size_t>(c));
     });
     return y;
   }

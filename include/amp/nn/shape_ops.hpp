@@ -141,11 +141,12 @@ class Flatten {
     Var<T> y = g.template tensor<T>(Shape{n, per});
     const std::int64_t c = x.shape.rank() == 4 ? x.shape[3] : per, hw = per / c;
     const auto pixels = static_cast<std::size_t>(n * hw);
-    for_each(g.context(), pixels, detail::FlattenOp<T>{x.data, y.data, hw, c});
+    for_each(g.context(), pixels, detail::FlattenOp<T>{x.data, y.data, hw, c}, static_cast<std::size_t>(c));
     g.on_backward([=](Graph<P, B>& gb) {
       const T* dy = gb.grad(y);
       const GradOut<T> dx = gb.grad_out(x);
-      if (dy && dx) for_each(gb.context(), pixels, detail::FlattenGradOp<T>{dy, dx.data, hw, c, dx.accumulate});
+      if (dy && dx)
+        for_each(gb.context(), pixels, detail::FlattenGradOp<T>{dy, dx.data, hw, c, dx.accumulate}, static_cast<std::size_t>(c));
     });
     return y;
   }

@@ -17,8 +17,9 @@ __global__ void for_each_kernel(std::size_t n, F f) {
 }
 }  // namespace detail
 
+// f(i) for every i in [0, n); work_per_item is the host's hint (one thread per item here).
 template <class F>
-void for_each(Context<cuda>& ctx, std::size_t n, F f) {
+void for_each(Context<cuda>& ctx, std::size_t n, F f, std::size_t /*work_per_item*/ = 1) {
   if (n == 0) return;
   constexpr unsigned threads = 256;
   const std::size_t wanted = (n + threads - 1) / threads;

@@ -12,17 +12,19 @@
 namespace amp {
 
 namespace detail {
-// Below this many items a parallel region costs more than it saves.
+// Below this much work (items x their elements) a parallel region costs more than it saves.
 inline constexpr std::int64_t host_parallel_threshold = 1 << 14;
 // Reductions combine fixed chunks in a fixed order: the same bits for any thread count.
 inline constexpr std::size_t host_reduce_chunk = 4096;
 }  // namespace detail
 
-// f(i) for every i in [0, n).
+// f(i) for every i in [0, n); an item that loops over work_per_item elements
+// (a row, a pixel's channels) counts as that many for the parallel threshold.
 template <class F>
-AMP_HOST_CLONES void for_each(Context<host>& ctx, std::size_t n, F f) {
+AMP_HOST_CLONES void for_each(Context<host>& ctx, std::size_t n, F f, std::size_t work_per_item = 1) {
   const auto count = static_cast<std::int64_t>(n);
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static) if (count >= detail::host_parallel_threshold)
+#pragma omp parallel for num_threads(ctx.threads()) schedule(static) \
+    if (count * static_cast<std::int64_t>(work_per_item) >= detail::host_parallel_threshold)
   for (std::int64_t i = 0; i < count; ++i) f(static_cast<std::size_t>(i));
 }
 
