@@ -194,7 +194,7 @@ double accuracy(amp::Context<B>& ctx, Model& model, Loader& test_data, std::vect
   for (std::int64_t b = 0; b < test_data.batches(); ++b) {
     const auto batch = test_data.batch(b);
     const auto out = model.forward(ctx, batch.x);
-    const auto logits = amp::download(ctx, out.value.span());
+    const auto logits = amp::download(ctx, out.value().span());
     const auto labels = amp::download(ctx, batch.labels);
     for (std::int64_t row = 0; row < out.rows(); ++row) {
       std::int64_t best = 0;
@@ -225,11 +225,11 @@ std::vector<ParamRow> parameter_rows(const amp::nn::ParameterStore<P, B>& store)
   for (const auto& p : store.table()) {
     ParamRow r{p.name, p.shape.str(), "fp32", ""};
     if (p.kind == role::weight) {
-      r.dtype = std::string(amp::type_name<typename ParamGroup<P, B, role::weight>::stored_type>());
-      if (ParamGroup<P, B, role::weight>::has_master) r.master_dtype = "fp32";
+      r.dtype = std::string(amp::type_name<typename RoleArena<P, B, role::weight>::stored_type>());
+      if (RoleArena<P, B, role::weight>::has_master) r.master_dtype = "fp32";
     } else if (p.kind == role::norm) {
-      r.dtype = std::string(amp::type_name<typename ParamGroup<P, B, role::norm>::stored_type>());
-      if (ParamGroup<P, B, role::norm>::has_master) r.master_dtype = "fp32";
+      r.dtype = std::string(amp::type_name<typename RoleArena<P, B, role::norm>::stored_type>());
+      if (RoleArena<P, B, role::norm>::has_master) r.master_dtype = "fp32";
     }
     rows.push_back(r);
   }
@@ -521,13 +521,11 @@ int main(int argc, char** argv) try {
       .flag("resume", "", "resume from a --save checkpoint and train on to --epochs", "FILE")
       .flag("export", "", "write the trained weights as safetensors (PyTorch's names) to FILE", "FILE")
       .flag("import", "", "start from the weights in a safetensors FILE (e.g. from PyTorch)", "FILE")
-      .flag("summary", "no", "yes: print each level's parameters with their storage types", "yes|no")
-      .flag("distributed", "no", "yes: one rank of an MPI job (mpirun -np N ...); --batch-size is per rank", "yes|no");
+      .toggle("summary", false, "print each level's parameters with their storage types")
+      .toggle("distributed", false, "one rank of an MPI job (mpirun -np N ...); --batch-size is per rank");
   if (!args.parse(argc, argv)) return 0;
   examples::watch_interrupts();  // before any thread starts (see run.hpp)
-  AMP_REQUIRE(args.str("distributed") == "yes" || args.str("distributed") == "no", "--distributed must be yes or no, "
-              "got '", args.str("distributed"), "'");
-  if (args.str("distributed") == "yes") {
+  if (args.on("distributed")) {
 #if defined(AMP_EXAMPLE_PARALLEL)
     dist.mpi.emplace(argc, argv);
     dist.comm.emplace();
@@ -539,8 +537,7 @@ int main(int argc, char** argv) try {
   Settings s;
   s.model = args.str("model");
   AMP_REQUIRE(s.model == "mlp" || s.model == "cnn", "--model must be mlp or cnn, got '", s.model, "'");
-  AMP_REQUIRE(args.str("summary") == "yes" || args.str("summary") == "no", "--summary must be yes or no, got '",
-              args.str("summary"), "'");
+  const bool summary = args.on("summary");
   s.optimizer = args.str("optimizer");
   AMP_REQUIRE(s.optimizer == "sgd" || s.optimizer == "adam" || s.optimizer == "adamw", "--optimizer must be sgd, adam "
               "or adamw, got '", s.optimizer, "'");
@@ -620,7 +617,7 @@ int main(int argc, char** argv) try {
     if (&level != &levels.back()) write_outputs(false);  // a finished level is kept, whatever happens next
   }
   if (!results.empty() && dist.leader()) print_tables(device + (dist.ranks > 1 ? ", rank 0 of " + std::to_string(dist.ranks) : ""), results);
-  if (args.str("summary") == "yes" && dist.leader()) print_parameters(results);
+  if (summary && dist.leader()) print_parameters(results);
   if (examples::interrupted()) {
     if (!results.empty()) write_outputs(false);
     std::printf("interrupted: kept the %zu finished level(s)%s\n", results.size(),

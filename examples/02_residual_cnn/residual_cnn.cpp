@@ -95,7 +95,7 @@ Result train(amp::Context<B>& ctx, const amp::data::LabelledImages& tr, const am
   for (std::int64_t b = 0; b < test_data.batches(); ++b) {
     const auto batch = test_data.batch(b);
     const auto out = model.forward(ctx, batch.x);
-    const auto logits = amp::download(ctx, out.value.span());
+    const auto logits = amp::download(ctx, out.value().span());
     const auto labels = amp::download(ctx, batch.labels);
     for (std::int64_t r = 0; r < out.rows(); ++r) {
       std::int64_t best = 0;

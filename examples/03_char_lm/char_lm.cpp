@@ -189,7 +189,7 @@ std::string generate(amp::Context<B>& ctx, Model& model, const Settings& s, cons
   for (std::int64_t i = 0; i < s.sample; ++i) {
     amp::upload(ctx, ids.span(), window);
     auto logits = model.forward(ctx, amp::TensorView<const std::int32_t>(ids.data(), amp::Shape{1, t}));
-    const auto last = amp::download(ctx, amp::Span<const T>(logits.value.data + (t - 1) * s.model.vocab,
+    const auto last = amp::download(ctx, amp::Span<const T>(logits.value().data + (t - 1) * s.model.vocab,
                                                             static_cast<std::size_t>(s.model.vocab)));
     std::vector<double> p(last.size());
     double max = -1e30, sum = 0;

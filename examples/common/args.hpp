@@ -1,8 +1,8 @@
 #pragma once
-// Command-line flags: "--flag value" or "--flag=value". Each flag is declared
-// with its help line, so --help is always complete; an unknown flag, a missing
-// value, a value that does not parse or is out of range is an error naming the
-// flag and the value.
+// Command-line flags: "--flag value" or "--flag=value"; a yes/no switch also
+// alone ("--summary" is "--summary yes"). Each flag is declared with its help
+// line, so --help is always complete; an unknown flag, a missing value, a value
+// that does not parse or is out of range is an error naming the flag and the value.
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -28,6 +28,12 @@ class Args {
     return *this;
   }
 
+  // A yes/no switch: "--name", "--name yes|no" or "--name=yes|no".
+  Args& toggle(const std::string& name, bool default_value, std::string help) {
+    toggles_.push_back(name);
+    return flag(name, default_value ? "yes" : "no", std::move(help), "[yes|no]");
+  }
+
   // false when --help was asked for (and printed).
   bool parse(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
@@ -42,6 +48,9 @@ class Args {
       AMP_REQUIRE(values_.count(name), "unknown flag '--", name, "' (see --help)");
       if (eq != std::string::npos) {
         values_[name] = arg.substr(eq + 1);
+      } else if (is_toggle(name)) {  // the bare form, or a yes/no that follows
+        const bool valued = i + 1 < argc && (std::string(argv[i + 1]) == "yes" || std::string(argv[i + 1]) == "no");
+        values_[name] = valued ? argv[++i] : "yes";
       } else {
         AMP_REQUIRE(i + 1 < argc, "flag '--", name, "' needs a value: --", name, " ", help_[name].value_name,
                     " or --", name, "=", help_[name].value_name);
@@ -52,6 +61,13 @@ class Args {
   }
 
   const std::string& str(const std::string& name) const { return values_.at(name); }
+
+  // A toggle's value.
+  bool on(const std::string& name) const {
+    const std::string& v = str(name);
+    AMP_REQUIRE(v == "yes" || v == "no", "--", name, " must be yes or no, got '", v, "'");
+    return v == "yes";
+  }
 
   // An integer in [lo, hi], parsed in 64 bits: "4294967297" does not wrap to 1.
   long long integer(const std::string& name, long long lo, long long hi) const {
@@ -82,6 +98,12 @@ class Args {
     std::string text, value_name;
   };
 
+  bool is_toggle(const std::string& name) const {
+    for (const auto& t : toggles_)
+      if (t == name) return true;
+    return false;
+  }
+
   void print_help() const {
     std::printf("usage: %s [--flag VALUE | --flag=VALUE ...]\n%s\n\nflags:\n", program_.c_str(), about_.c_str());
     for (const auto& name : order_) {
@@ -93,7 +115,7 @@ class Args {
   }
 
   std::string program_, about_;
-  std::vector<std::string> order_;
+  std::vector<std::string> order_, toggles_;
   std::map<std::string, std::string> values_;
   std::map<std::string, Help> help_;
 };

@@ -8,13 +8,13 @@
 #if defined(__CUDACC__)
 #include "amp/backend/cuda.cuh"
 #endif
+#include "amp/model/model.hpp"
 #include "amp/nn/activation.hpp"
 #include "amp/nn/attention.hpp"
 #include "amp/nn/conv.hpp"
 #include "amp/nn/embedding.hpp"
 #include "amp/nn/linear.hpp"
 #include "amp/nn/loss.hpp"
-#include "amp/nn/module.hpp"
 #include "amp/nn/norm.hpp"
 #include "amp/nn/pool.hpp"
 #include "amp/nn/sequential.hpp"

@@ -1,6 +1,7 @@
 # Builds and runs the consumer projects against amp (cmake -P):
 #   install      cmake --install, then find_package: the consumer without and with
-#                its own C++20 standard, and the CPU-only consumer (plain g++, host)
+#                its own C++20 standard, the CPU-only consumer (plain g++, host), and
+#                one consumer per component set a user asks for (CXX alone without cuda)
 #   subdirectory add_subdirectory(amp)
 #   no-nvcc      amp's own build with no CUDA compiler: the host side only
 file(REMOVE_RECURSE "${WORK_DIR}")
@@ -33,6 +34,28 @@ if(MODE STREQUAL "install")
       -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
   run(${CMAKE_COMMAND} --build ${WORK_DIR}/build-cpu -j 2)
   run(${WORK_DIR}/build-cpu/seed)
+  set(sets "host" "host data" "core")
+  if(CUDA)
+    list(APPEND sets "cuda")
+  endif()
+  if(EXISTS ${WORK_DIR}/prefix/lib/cmake/amp/amp-parallel-targets.cmake)
+    list(APPEND sets "host parallel")
+  endif()
+  foreach(set IN LISTS sets)
+    string(REPLACE " " ";" want "${set}")
+    string(REPLACE " " "-" dir "${set}")
+    set(arch)
+    if(CUDA)
+      set(arch -DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES})
+    endif()
+    run(${CMAKE_COMMAND} -S ${AMP_SOURCE_DIR}/tests/consumer_components -B ${WORK_DIR}/build-${dir}
+        -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix "-DAMP_WANT=${want}" ${arch})
+    run(${CMAKE_COMMAND} --build ${WORK_DIR}/build-${dir} -j 2)
+    run(${WORK_DIR}/build-${dir}/components)
+    if(NOT last_output MATCHES "consumer OK \\(components: ")
+      message(FATAL_ERROR "components '${set}': ${last_output}")
+    endif()
+  endforeach()
 elseif(MODE STREQUAL "subdirectory")
   run(${CMAKE_COMMAND} -S ${AMP_SOURCE_DIR}/tests/consumer -B ${WORK_DIR}/build ${common}
       -DAMP_CONSUMER_MODE=subdirectory -DAMP_SOURCE_DIR=${AMP_SOURCE_DIR})

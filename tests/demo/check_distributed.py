@@ -34,7 +34,7 @@ with tempfile.TemporaryDirectory() as tmp:
     one_pred, two_pred = os.path.join(tmp, "one.csv"), os.path.join(tmp, "two.csv")
     r = run([binary, *common, "--batch-size", "128", "--threads", "1", "--json", one_json, "--predictions", one_pred])
     assert r.returncode == 0, r.stderr
-    r = run([*mpi, binary, *common, "--distributed", "yes", "--batch-size", "64", "--json", two_json,
+    r = run([*mpi, binary, *common, "--distributed", "--batch-size", "64", "--json", two_json,
              "--predictions", two_pred])
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert r.stdout.count("results on") == 1, "only rank 0 prints the table"

@@ -31,7 +31,8 @@ with tempfile.TemporaryDirectory() as tmp:
                           (["--lr", "0"], "--lr must be a number in (0, 10], got '0'"),
                           (["--train-subset", "-1"], "--train-subset must be an integer in [0, 2147483647], got '-1'"),
                           (["--opt-level", "O9"], "unknown --opt-level 'O9'"),
-                          (["--distributed", "maybe"], "--distributed must be yes or no, got 'maybe'"),
+                          (["--distributed=maybe"], "--distributed must be yes or no, got 'maybe'"),
+                          (["--summary", "maybe"], "unexpected argument 'maybe'"),
                           (["--schedule", "linear"], "--schedule must be constant or cosine, got 'linear'"),
                           (["--data", "/nonexistent"], "data set file '/nonexistent/"),
                           (["--frobnicate", "1"], "unknown flag '--frobnicate'"),
@@ -42,6 +43,7 @@ with tempfile.TemporaryDirectory() as tmp:
         r = run(*args)
         assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
         assert "epoch" not in r.stdout, (args, "trained before refusing")
+    assert "--summary [yes|no]" in run("--help").stdout, "switches show their bare form in --help"
     assert not os.path.exists(json_path), "a bad --csv must leave --json unwritten"
     r = run("--help")
     assert r.returncode == 0 and "--epochs N" in r.stdout and "--flag=VALUE" in r.stdout, r.stdout

@@ -76,8 +76,8 @@ std::string state_bytes(Context<host>& ctx, Net<P>& net, Opt<P>& opt) {
     for (int k = 0; k < Opt<P>::state_buffers; ++k)
       add(download(ctx, Span<const float>(opt.template state_buffer<decltype(r)::value>(k))));
   };
-  role(store.template group<nn::role::weight>(), std::integral_constant<nn::role, nn::role::weight>{});
-  role(store.template group<nn::role::norm>(), std::integral_constant<nn::role, nn::role::norm>{});
+  role(store.template arena<nn::role::weight>(), std::integral_constant<nn::role, nn::role::weight>{});
+  role(store.template arena<nn::role::norm>(), std::integral_constant<nn::role, nn::role::norm>{});
   for (std::size_t i = 0; i < store.table().size(); ++i)
     if (store.table()[i].kind == nn::role::buffer) add(store.get_values(static_cast<int>(i)));
   const auto st = opt.state();
@@ -146,8 +146,8 @@ TEST_CASE("checkpoints: policy conversion O0 -> O2 (masters = values, stored = r
   auto o2 = make_net<O2Policy>(ctx, 9);
   Opt<O2Policy> o2_opt(o2.parameters(), {.lr = 0.01f});
   io::load(path, o2, o2_opt);
-  auto& w0 = o0.parameters().group<nn::role::weight>();
-  auto& w2 = o2.parameters().group<nn::role::weight>();
+  auto& w0 = o0.parameters().arena<nn::role::weight>();
+  auto& w2 = o2.parameters().arena<nn::role::weight>();
   const auto values = download(ctx, Span<const float>(w0.values()));
   CHECK(download(ctx, Span<const float>(w2.master())) == values);
   const auto stored = download(ctx, Span<const half>(w2.values()));
@@ -161,7 +161,7 @@ TEST_CASE("checkpoints: policy conversion O0 -> O2 (masters = values, stored = r
   auto back = make_net<O0Policy>(ctx, 11);
   Opt<O0Policy> back_opt(back.parameters(), {.lr = 0.01f});
   io::load(path, back, back_opt);
-  CHECK(download(ctx, Span<const float>(back.parameters().group<nn::role::weight>().values())) ==
+  CHECK(download(ctx, Span<const float>(back.parameters().arena<nn::role::weight>().values())) ==
         download(ctx, Span<const float>(w2.master())));
   CHECK(back.parameters().get_values(2) == o2.parameters().get_values(2));  // BatchNorm's weight
   std::remove(path.c_str());

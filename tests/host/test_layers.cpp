@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "amp/amp.hpp"
+#include "support/model_values.hpp"
 #include "support/reference.hpp"
 #include "support/reference_nn.hpp"
 
@@ -19,62 +20,6 @@ using amp::host;
 using nn::Var;
 
 namespace {
-
-// The worst gradient error a level may show, relative to the largest gradient
-// of the tensor: fp32 is limited by rounding and the FD step; fp16 and bf16 by
-// their rounding through a few layers. Measured worst (2026-12-04): O0 2.2e-6,
-// O1/O2 2.5e-3, O3 2.8e-3, bf16 2.1e-2; the bounds leave a factor of 2 to 9.
-template <Policy P>
-double gradient_tolerance() {
-  using W = typename P::activation_type;
-  if constexpr (std::is_same_v<W, float>) return 2e-5;
-  else if constexpr (std::is_same_v<W, half>) return std::is_same_v<typename P::norm_param_type, half> ? 1e-2 : 6e-3;
-  else return 0.04;
-}
-
-// Each parameter as the forward consumed it: weights in the GEMM/conv compute
-// type (O1: the cast cache), norm parameters as stored.
-template <class Store>
-Params consumed_values(Store& store) {
-  using P = typename std::remove_reference_t<decltype(store.template group<nn::role::weight>())>::gemm_type;
-  Params out;
-  for (const auto& info : store.table()) {
-    if (info.kind == nn::role::buffer) continue;
-    std::vector<double> v;
-    if (info.kind == nn::role::weight) {
-      const nn::Param<nn::role::weight> p{info.offset, info.count, info.shape, 0};
-      v = to_double(download(store.context(), store.template as<P>(p)));
-    } else {
-      const nn::Param<nn::role::norm> p{info.offset, info.count, info.shape, 0};
-      v = to_double(download(store.context(), Span<const typename std::remove_reference_t<decltype(store.template group<nn::role::norm>())>::stored_type>(store.values(p))));
-    }
-    out[info.name] = v;
-  }
-  return out;
-}
-
-template <class Store>
-Params gradients(Store& store) {
-  Params out;
-  for (const auto& info : store.table()) {
-    if (info.kind == nn::role::weight) {
-      const nn::Param<nn::role::weight> p{info.offset, info.count, info.shape, 0};
-      out[info.name] = to_double(download(store.context(), Span<const typename std::remove_reference_t<decltype(store.grads(p))>::value_type>(store.grads(p))));
-    } else if (info.kind == nn::role::norm) {
-      const nn::Param<nn::role::norm> p{info.offset, info.count, info.shape, 0};
-      out[info.name] = to_double(download(store.context(), Span<const typename std::remove_reference_t<decltype(store.grads(p))>::value_type>(store.grads(p))));
-    }
-  }
-  return out;
-}
-
-// Inputs exact in every storage type, so the reference sees what the model sees.
-std::vector<float> exact_inputs(std::size_t n, std::uint32_t seed) {
-  const auto b = random_values<amp::bfloat16>(n, seed, -1.5f, 1.5f);
-  std::vector<float> out(n);
-  for (std::size_t i = 0; i < n; ++i) out[i] = cast<float>(b[i]);
-  return out;
-}
 
 // Builds Model<P, host, Net>, runs forward, the loss and backward, then checks
 // the loss value against ref(params) and each gradient against FD of ref.
@@ -96,19 +41,7 @@ void check_net(const char* what, nn::ModelOptions options, const std::vector<X>&
   const double ref_loss = f(p);
   const double tol = gradient_tolerance<P>();
   CHECK(loss.item() == doctest::Approx(ref_loss).epsilon(tol));
-  const Params got = gradients(model.parameters());
-  for (const auto& [name, g] : got) {
-    CAPTURE(name);
-    Vec fd(g.size());
-    double scale = 0, worst = 0;
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      fd[i] = central_difference(f, p, name, i, 1e-6);
-      scale = std::max(scale, std::abs(fd[i]));
-    }
-    for (std::size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - fd[i]));
-    CAPTURE(scale);
-    CHECK(worst <= tol * scale + 1e-12);
-  }
+  check_against_differences(gradients(model.parameters()), p, f, tol);
 }
 
 // ---- the nets ----------------------------------------------------------------
@@ -466,7 +399,7 @@ TEST_CASE("bad shapes are refused with the layer and the shapes named") {
   CHECK(model.parameters().table().size() == 1);  // no bias
   std::vector<float> x{1, 2, 3, 4, 5, 6};
   auto y = model.forward(ctx, matrix<const float>(x.data(), 2, 3));
-  const auto w = download(ctx, Span<const float>(model.parameters().group<nn::role::weight>().values()));
+  const auto w = download(ctx, Span<const float>(model.parameters().arena<nn::role::weight>().values()));
   const auto got = download(ctx, Span<const float>(y.var.span()));
   CHECK(got[0] == doctest::Approx(w[0] * 1 + w[1] * 2 + w[2] * 3));
   CHECK(got[3] == doctest::Approx(w[3] * 4 + w[4] * 5 + w[5] * 6));
@@ -537,8 +470,8 @@ TEST_CASE("initialisation is deterministic, bounded and independent of the threa
   };
   auto a = make(one);
   auto b = make(two);
-  const auto ma = download(one, Span<const float>(a->parameters().group<nn::role::weight>().master()));
-  const auto mb = download(two, Span<const float>(b->parameters().group<nn::role::weight>().master()));
+  const auto ma = download(one, Span<const float>(a->parameters().arena<nn::role::weight>().master()));
+  const auto mb = download(two, Span<const float>(b->parameters().arena<nn::role::weight>().master()));
   CHECK(ma == mb);
   const float bound = std::sqrt(6.0f / 300.0f);
   double mean = 0, sq = 0;
@@ -551,7 +484,7 @@ TEST_CASE("initialisation is deterministic, bounded and independent of the threa
   CHECK(std::abs(mean) < 0.01 * bound);
   CHECK(sq / 60000 == doctest::Approx(bound * bound / 3).epsilon(0.02));  // variance of U(-b, b)
   // The fp16 weights are the rounded master.
-  const auto w = download(one, Span<const half>(a->parameters().group<nn::role::weight>().values()));
+  const auto w = download(one, Span<const half>(a->parameters().arena<nn::role::weight>().values()));
   for (std::size_t i = 0; i < ma.size(); ++i) REQUIRE(detail::bits(w[i]) == detail::bits(cast<half>(ma[i])));
   // PyTorch's default init: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
   nn::Sequential<O0Policy, host, nn::Linear> torch_like(one, {.max_batch = 1, .seed = 3},

@@ -183,8 +183,8 @@ TEST_CASE("O2: one step covers fp16 weights with fp32 masters and fp32 norm para
   const auto n = store.declare<nn::role::norm>("n", {3}, nn::Init::constant(0.3f));
   store.allocate();
   store.initialize(0);
-  static_assert(nn::ParamGroup<O2Policy, host, nn::role::weight>::has_master);
-  static_assert(!nn::ParamGroup<O2Policy, host, nn::role::norm>::has_master);
+  static_assert(nn::RoleArena<O2Policy, host, nn::role::weight>::has_master);
+  static_assert(!nn::RoleArena<O2Policy, host, nn::role::norm>::has_master);
   static_assert(std::is_same_v<decltype(store.values(n))::value_type, float>);
   CHECK(ctx.memory().current(memory_kind::master) > 0);
   optim::SGD<O2Policy, host> opt(store, {.lr = 0.25f});

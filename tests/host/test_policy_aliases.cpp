@@ -110,7 +110,7 @@ void trains(const Run& r) {
 }  // namespace
 
 TEST_CASE("param_type: weights stored as it says, with an fp32 master because it differs from master_type") {
-  static_assert(std::is_same_v<nn::ParamGroup<ParamHalf, host, nn::role::weight>::stored_type, half>);
+  static_assert(std::is_same_v<nn::RoleArena<ParamHalf, host, nn::role::weight>::stored_type, half>);
   static_assert(uses_master_weights_v<ParamHalf> && !uses_master_weights_v<O0Policy>);
   const Run base = train<O0Policy>(), r = train<ParamHalf>();
   CHECK(mem(base, memory_kind::master) == 0);
@@ -119,8 +119,8 @@ TEST_CASE("param_type: weights stored as it says, with an fp32 master because it
 }
 
 TEST_CASE("master_type: O3 with fp32 masters keeps them") {
-  static_assert(nn::ParamGroup<O3WithMaster, host, nn::role::weight>::has_master);
-  static_assert(!nn::ParamGroup<O3Policy, host, nn::role::weight>::has_master);
+  static_assert(nn::RoleArena<O3WithMaster, host, nn::role::weight>::has_master);
+  static_assert(!nn::RoleArena<O3Policy, host, nn::role::weight>::has_master);
   const Run base = train<O3Policy>(), r = train<O3WithMaster>();
   CHECK(mem(base, memory_kind::master) == 0);
   CHECK(mem(r, memory_kind::master) > 0);
@@ -128,7 +128,7 @@ TEST_CASE("master_type: O3 with fp32 masters keeps them") {
 }
 
 TEST_CASE("grad_type: O2 with fp32 gradients doubles the weight gradients' memory") {
-  static_assert(std::is_same_v<nn::ParamGroup<O2Fp32Grads, host, nn::role::weight>::grad_type, float>);
+  static_assert(std::is_same_v<nn::RoleArena<O2Fp32Grads, host, nn::role::weight>::grad_type, float>);
   const Run base = train<O2Policy>(), r = train<O2Fp32Grads>();
   CHECK(mem(r, memory_kind::grads) > mem(base, memory_kind::grads));
   trains(r);
@@ -143,9 +143,9 @@ TEST_CASE("activation_type: O1 with fp32 activations writes fp32 between layers,
 }
 
 TEST_CASE("norm_param_type: O2 with fp16 norm parameters stores them as fp16, with masters") {
-  static_assert(std::is_same_v<nn::ParamGroup<O2HalfNorms, host, nn::role::norm>::stored_type, half>);
-  static_assert(nn::ParamGroup<O2HalfNorms, host, nn::role::norm>::has_master);
-  static_assert(!nn::ParamGroup<O2Policy, host, nn::role::norm>::has_master);
+  static_assert(std::is_same_v<nn::RoleArena<O2HalfNorms, host, nn::role::norm>::stored_type, half>);
+  static_assert(nn::RoleArena<O2HalfNorms, host, nn::role::norm>::has_master);
+  static_assert(!nn::RoleArena<O2Policy, host, nn::role::norm>::has_master);
   const Run base = train<O2Policy>(), r = train<O2HalfNorms>();
   CHECK(mem(r, memory_kind::master) > mem(base, memory_kind::master));
   trains(r);
@@ -156,7 +156,7 @@ TEST_CASE("compute_type<gemm> and compute_type<conv> pick each layer's GEMM type
   using C = ComputeHalf<op::conv>;
   static_assert(std::is_same_v<nn::Linear<G, host>::G, half> && std::is_same_v<nn::Conv2d<G, host>::G, float>);
   static_assert(std::is_same_v<nn::Conv2d<C, host>::G, half> && std::is_same_v<nn::Linear<C, host>::G, float>);
-  static_assert(nn::ParamGroup<G, host, nn::role::weight>::caches_gemm && nn::ParamGroup<C, host, nn::role::weight>::caches_conv);
+  static_assert(nn::RoleArena<G, host, nn::role::weight>::caches_gemm && nn::RoleArena<C, host, nn::role::weight>::caches_conv);
   const Run base = train<O0Policy>(), g = train<G>(), c = train<C>();
   CHECK(mem(g, memory_kind::weights) > mem(base, memory_kind::weights));  // the fp16 cast cache
   CHECK(mem(c, memory_kind::weights) > mem(base, memory_kind::weights));

@@ -223,19 +223,21 @@ TEST_CASE("call order: unscale or step twice, update without a step, backward af
   CHECK(scaler.stats().steps == 2);
 }
 
-TEST_CASE("one scaler, several optimizers: an overflow in any skips all, and the scale backs off once") {
+TEST_CASE("one scaler, several optimizers: an overflow skips only its optimizer, and the scale backs off once") {
   Context<host> ctx;
   ParamFixture<O2Policy, host> a(ctx, {1.0f, 2.0f}), b(ctx, {3.0f});
   optim::SGD<O2Policy, host> opt_a(*a.params, {.lr = 0.5f}), opt_b(*b.params, {.lr = 0.5f});
   DynamicLossScaler<host> scaler(ctx, {.init_scale = 4.0f});
   a.set_grads({4.0f, 8.0f});
   b.set_grads({kInf});
-  scaler.step(opt_a);  // checks both: b overflowed, so a skips too
-  scaler.step(opt_b);
+  scaler.step(opt_a);  // a's gradients are finite: it steps (PyTorch's per-optimizer verdict)
+  scaler.step(opt_b);  // b's overflowed: skipped
   scaler.update();
-  CHECK(a.values() == std::vector<float>{1.0f, 2.0f});
+  CHECK(a.values() == std::vector<float>{0.5f, 1.0f});
   CHECK(b.values() == std::vector<float>{3.0f});
-  CHECK(scaler.stats().scale == 2.0f);
+  CHECK(opt_a.applied_steps() == 1);
+  CHECK(opt_b.applied_steps() == 0);
+  CHECK(scaler.stats().scale == 2.0f);  // once, for the iteration
   CHECK(scaler.stats().skipped == 1);
   // Clean: each optimizer steps with its own gradients, unscaled by the shared scale.
   a.set_grads({4.0f, 8.0f});
@@ -243,7 +245,7 @@ TEST_CASE("one scaler, several optimizers: an overflow in any skips all, and the
   scaler.step(opt_b);
   scaler.step(opt_a);
   scaler.update();
-  CHECK(a.values() == std::vector<float>{0.0f, 0.0f});
+  CHECK(a.values() == std::vector<float>{-0.5f, -1.0f});
   CHECK(b.values() == std::vector<float>{2.5f});
   // Clipping for b uses b's own norm, not a's.
   optim::SGD<O2Policy, host> clip_b(*b.params, {.lr = 1.0f, .max_grad_norm = 0.5f});
@@ -253,6 +255,33 @@ TEST_CASE("one scaler, several optimizers: an overflow in any skips all, and the
   scaler.step(clip_b);
   scaler.update();
   CHECK(b.values()[0] == doctest::Approx(2.5 - 0.5).epsilon(1e-3));
+}
+
+TEST_CASE_TEMPLATE("after unscale the gradients are fp32 to read, clip by hand or overwrite, and the step uses them", P,
+                   O0Policy, O1Policy, O2Policy, O3Policy, O2BF16Policy) {
+  Context<host> ctx;
+  ParamFixture<P, host> f(ctx, {1.0f, 1.0f, 1.0f});
+  optim::SGD<P, host> opt(*f.params, {.lr = 1.0f});
+  default_scaler_t<P, host> scaler(ctx, {.init_scale = P::loss_scaling == scaling::none ? 1.0f : 1024.0f});
+  const float s = scaler.stats().scale;
+  f.set_grads({3.0f * s, 4.0f * s, 0.0f});
+  CHECK_THROWS_WITH_AS(opt.gradients().unscaled(*f.params, f.w.index), doctest::Contains("call scaler.unscale(opt) first"),
+                       Error);
+  scaler.unscale(opt);
+  Span<float> g = opt.gradients().unscaled(*f.params, f.w.index);
+  CHECK(download(ctx, Span<const float>(g)) == std::vector<float>{3.0f, 4.0f, 0.0f});
+  CHECK(f.grads() == std::vector<float>{0.0f, 0.0f, 0.0f});  // moved out of the model's arena
+  // Clip to norm 1 by hand, and overwrite the last one.
+  upload(ctx, g, std::vector<float>{0.6f, 0.8f, -2.0f});
+  scaler.step(opt);
+  scaler.update();
+  const auto v = f.values();
+  const double eps = 2 * unit_roundoff<typename P::param_type>;  // O3 and the bf16 level store no master
+  CHECK(v[0] == doctest::Approx(0.4f).epsilon(eps));
+  CHECK(v[1] == doctest::Approx(0.2f).epsilon(eps));
+  CHECK(v[2] == doctest::Approx(3.0f).epsilon(eps));
+  CHECK_THROWS_WITH_AS(opt.gradients().unscaled(*f.params, f.w.index), doctest::Contains("not unscaled in this iteration"),
+                       Error);
 }
 
 TEST_CASE("explicit unscale under O2 keeps small gradients: they go to fp32, not back to fp16") {
@@ -286,30 +315,54 @@ TEST_CASE("clipping gives the same step with and without a separate unscale") {
   CHECK(b.values()[1] == doctest::Approx(a.values()[1]).epsilon(1e-6));
 }
 
-TEST_CASE("several losses with their own scalers on one optimizer (Apex num_losses)") {
+TEST_CASE("several losses with their own scalers on one optimizer (Apex num_losses), in any order") {
+  for (const bool s1_first : {false, true}) {
+    CAPTURE(s1_first);
+    Context<host> ctx;
+    ParamFixture<O2Policy, host> f(ctx, {0.0f, 0.0f});
+    optim::SGD<O2Policy, host> opt(*f.params, {.lr = 1.0f});
+    DynamicLossScaler<host> s0(ctx, {.init_scale = 1024.0f}), s1(ctx, {.init_scale = 8.0f});
+    DynamicLossScaler<host>& stepper = s1_first ? s1 : s0;
+    DynamicLossScaler<host>& other = s1_first ? s0 : s1;
+    f.set_grads({1.0f * 1024, 2.0f * 1024});  // loss 0's gradients, scaled by s0
+    s0.unscale(opt);
+    f.set_grads({0.5f * 8, 0.25f * 8});  // loss 1's, scaled by s1
+    s1.unscale(opt);
+    stepper.step(opt);
+    stepper.update();
+    other.update();
+    CHECK(f.values() == std::vector<float>{-1.5f, -2.25f});
+    // An overflow in one loss skips the step and backs off only its scaler.
+    f.set_grads({1.0f, 1.0f});
+    s0.unscale(opt);
+    f.set_grads({kInf, 1.0f});
+    s1.unscale(opt);
+    stepper.step(opt);
+    other.update();
+    stepper.update();
+    CHECK(f.values() == std::vector<float>{-1.5f, -2.25f});
+    CHECK(s0.stats().scale == 1024.0f);
+    CHECK(s1.stats().scale == 4.0f);
+    // A second scaler that only steps: its share joins the first one's in fp32.
+    f.set_grads({1024.0f, 0.0f});
+    s0.unscale(opt);
+    f.set_grads({0.0f, 4.0f});
+    s1.step(opt);
+    s0.update();
+    s1.update();
+    CHECK(f.values() == std::vector<float>{-2.5f, -3.25f});  // s1 backed off to 4
+  }
+}
+
+TEST_CASE("growth that would pass the largest float keeps the scale, as PyTorch does") {
   Context<host> ctx;
-  ParamFixture<O2Policy, host> f(ctx, {0.0f, 0.0f});
-  optim::SGD<O2Policy, host> opt(*f.params, {.lr = 1.0f});
-  DynamicLossScaler<host> s0(ctx, {.init_scale = 1024.0f}), s1(ctx, {.init_scale = 8.0f});
-  f.set_grads({1.0f * 1024, 2.0f * 1024});  // loss 0's gradients, scaled by s0
-  s0.unscale(opt);
-  f.set_grads({0.5f * 8, 0.25f * 8});  // loss 1's, scaled by s1
-  s1.unscale(opt);
-  s0.step(opt);
-  s0.update();
-  s1.update();
-  CHECK(f.values() == std::vector<float>{-1.5f, -2.25f});
-  // An overflow in one loss skips the step and backs off only its scaler.
-  f.set_grads({1.0f, 1.0f});
-  s0.unscale(opt);
-  f.set_grads({kInf, 1.0f});
-  s1.unscale(opt);
-  s1.step(opt);
-  s0.update();
-  s1.update();
-  CHECK(f.values() == std::vector<float>{-1.5f, -2.25f});
-  CHECK(s0.stats().scale == 1024.0f);
-  CHECK(s1.stats().scale == 4.0f);
+  ParamFixture<O2Policy, host> f(ctx, {0.0f});
+  const float big = std::numeric_limits<float>::max() / 1.5f;
+  optim::SGD<O2Policy, host> opt(*f.params, {.lr = 0.0f},
+                                 {.init_scale = big, .growth_interval = 1, .max_scale = std::numeric_limits<float>::max()});
+  f.set_grads({0.0f});
+  opt.step();
+  CHECK(opt.scaler().stats().scale == big);
 }
 
 TEST_CASE("update(new_scale), new settings, and scaler state that checkpoints restore exactly") {

@@ -63,8 +63,8 @@ TEST_CASE_TEMPLATE("gradient accumulation over micro-batches equals the large ba
   }
   CHECK(opt_small.applied_steps() == 3);
   CHECK(opt_small.scaler().stats().steps == 3);  // the scale stayed fixed inside each window
-  const auto wb = download(ctx, Span<const typename P::param_type>(big.parameters().template group<nn::role::weight>().values()));
-  const auto ws = download(ctx, Span<const typename P::param_type>(small.parameters().template group<nn::role::weight>().values()));
+  const auto wb = download(ctx, Span<const typename P::param_type>(big.parameters().template arena<nn::role::weight>().values()));
+  const auto ws = download(ctx, Span<const typename P::param_type>(small.parameters().template arena<nn::role::weight>().values()));
   const double tol = std::is_same_v<typename P::param_type, float> ? 1e-5 : 2e-3;
   for (std::size_t i = 0; i < wb.size(); ++i) REQUIRE(cast<float>(ws[i]) == doctest::Approx(cast<float>(wb[i])).epsilon(tol).scale(1.0));
 }
@@ -100,7 +100,7 @@ TEST_CASE("O1 casts the fp32 weights to fp16 once per step, not once per use") {
   net.forward(ctx, x);
   CHECK(net.parameters().cast_cache_refreshes() == 2);
   // Weight gradients land in fp32 straight from the GEMM.
-  static_assert(std::is_same_v<nn::ParamGroup<O1Policy, host, nn::role::weight>::grad_type, float>);
+  static_assert(std::is_same_v<nn::RoleArena<O1Policy, host, nn::role::weight>::grad_type, float>);
 }
 
 TEST_CASE("the explicit scaler form (scale, unscale, step, update) matches the three-line form") {
@@ -127,7 +127,7 @@ TEST_CASE("the explicit scaler form (scale, unscale, step, update) matches the t
     scaler.update();
   }
   CHECK(scaler.stats().steps == 5);
-  const auto wa = download(ctx, Span<const float>(a.parameters().group<nn::role::weight>().master()));
-  const auto wb = download(ctx, Span<const float>(b.parameters().group<nn::role::weight>().master()));
+  const auto wa = download(ctx, Span<const float>(a.parameters().arena<nn::role::weight>().master()));
+  const auto wb = download(ctx, Span<const float>(b.parameters().arena<nn::role::weight>().master()));
   for (std::size_t i = 0; i < wa.size(); ++i) REQUIRE(wb[i] == doctest::Approx(wa[i]).epsilon(1e-3).scale(1.0));
 }

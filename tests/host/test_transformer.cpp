@@ -49,7 +49,7 @@ TEST_CASE_TEMPLATE("causal attention: changing a token leaves every earlier posi
   auto logits = [&](const std::vector<std::int32_t>& ids) {
     auto out = model.forward(ctx, TensorView<const std::int32_t>(ids.data(), Shape{2, kTime}));
     std::vector<std::uint32_t> bits;
-    for (const T v : download(ctx, Span<const T>(out.value.span()))) {
+    for (const T v : download(ctx, Span<const T>(out.value().span()))) {
       std::uint32_t b = 0;
       std::memcpy(&b, &v, sizeof v);
       bits.push_back(b);

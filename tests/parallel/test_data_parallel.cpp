@@ -72,8 +72,8 @@ float train_on(Context<host>& ctx, Net& net, Opt& opt, const Batch& b, std::int6
 // The stored values, masters and buffers as bits.
 template <class Store>
 std::int64_t fingerprint(Store& s) {
-  auto& w = s.template group<nn::role::weight>();
-  auto& n = s.template group<nn::role::norm>();
+  auto& w = s.template arena<nn::role::weight>();
+  auto& n = s.template arena<nn::role::norm>();
   std::uint64_t h = test::fnv1a(w.values().data, w.values().size * sizeof(*w.values().data));
   h = test::fnv1a(w.master().data, w.master().size * sizeof(float), h);
   h = test::fnv1a(n.values().data, n.values().size * sizeof(*n.values().data), h);
@@ -163,7 +163,7 @@ TEST_CASE("reduce_in_fp32 sums fp32 copies of bf16 gradients: closer to one proc
   optim::SGD<O2BF16Policy, host> opt(net.parameters(), {.lr = 0.1f});
   optim::SGD<O2BF16Policy, host> opt_ref(ref.parameters(), {.lr = 0.1f});
   parallel::DataParallel ddp(*world, opt, {.reduce_in_fp32 = true});
-  CHECK(ddp.bytes_per_step() == 4 * net.parameters().template group<nn::role::weight>().count());
+  CHECK(ddp.bytes_per_step() == 4 * net.parameters().template arena<nn::role::weight>().count());
   const Batch b = global_batch(2 * B, 0);
   train_on(ctx, net, opt, b, world->rank() * B, B);
   opt.step();
@@ -224,7 +224,7 @@ TEST_CASE("an inf on one rank only: every rank skips the step, backs off the sca
   const auto before = values_of(net.parameters());
   const float scale = opt.scaler().stats().scale;
   train_on(ctx, net, opt, global_batch(2 * B, 1), world->rank() * B, B);
-  if (world->rank() == 1) net.parameters().template group<nn::role::weight>().grads().data[3] = cast<half>(INFINITY);
+  if (world->rank() == 1) net.parameters().template arena<nn::role::weight>().grads().data[3] = cast<half>(INFINITY);
   opt.step();
   CHECK(opt.applied_steps() == 1);
   CHECK(opt.scaler().stats().skipped == 1);

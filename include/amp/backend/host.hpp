@@ -1,5 +1,5 @@
 #pragma once
-// The CPU backend: context, element-wise launches and reductions, CBLAS GEMM.
+// The CPU backend: context, element-wise launches and reductions, oneDNN GEMMs.
 #include "amp/backend/host/algorithm.hpp"
 #include "amp/backend/host/context.hpp"
 #include "amp/backend/host/gemm.hpp"

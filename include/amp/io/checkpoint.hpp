@@ -30,7 +30,7 @@
 #include "amp/core/traits.hpp"
 #include "amp/io/archive.hpp"
 #include "amp/io/file.hpp"
-#include "amp/nn/module.hpp"
+#include "amp/model/model.hpp"
 #include "amp/scaling/loss_scaler.hpp"
 #include "amp/version.hpp"
 
@@ -118,9 +118,9 @@ void save(const std::string& path, Model& model, Optimizer& opt, const Archive& 
   a.put_text("amp.meta", meta.str());
   for (const auto& p : store.table()) {
     if (p.kind == nn::role::weight) {
-      detail::put_group_tensor(a, store, store.template group<nn::role::weight>(), p);
+      detail::put_group_tensor(a, store, store.template arena<nn::role::weight>(), p);
     } else if (p.kind == nn::role::norm) {
-      detail::put_group_tensor(a, store, store.template group<nn::role::norm>(), p);
+      detail::put_group_tensor(a, store, store.template arena<nn::role::norm>(), p);
     } else {
       const auto v = store.get_values(static_cast<int>(&p - store.table().data()));
       a.put("buffer." + p.name, dtype::fp32, detail::dims_of(p.shape), v.data(), v.size());
@@ -217,8 +217,8 @@ Archive load(const std::string& path, Model& model, Optimizer& opt) {
       if constexpr (Group::has_master) upload(ctx, group.master().subspan(p.offset, p.count), master->values<float>());
       return true;
     };
-    const bool restored = p.kind == nn::role::weight ? exact(store.template group<nn::role::weight>())
-                                                     : exact(store.template group<nn::role::norm>());
+    const bool restored = p.kind == nn::role::weight ? exact(store.template arena<nn::role::weight>())
+                                                     : exact(store.template arena<nn::role::norm>());
     if (!restored) store.set_values(index, detail::as_fp32(master ? *master : stored));  // a policy conversion
     for (int k = 0; k < Optimizer::state_buffers; ++k) {
       const Span<float> s = p.kind == nn::role::weight ? opt.template state_buffer<nn::role::weight>(k, slot)

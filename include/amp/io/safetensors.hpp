@@ -23,7 +23,7 @@
 
 #include "amp/io/archive.hpp"
 #include "amp/io/file.hpp"
-#include "amp/nn/parameters.hpp"
+#include "amp/model/parameters.hpp"
 
 namespace amp::io {
 

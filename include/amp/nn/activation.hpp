@@ -3,7 +3,7 @@
 // in fp32, rounded through compute_type<pointwise>, stored as activation_type.
 // A Linear or Conv2d followed by relu or gelu fuses it instead (Config::act).
 #include "amp/core/activation.hpp"
-#include "amp/nn/module.hpp"
+#include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
 
 namespace amp::nn {
@@ -12,10 +12,12 @@ template <Policy P, Backend B, class Fn>
 Var<typename P::activation_type> apply_activation(Graph<P, B>& g, Var<typename P::activation_type> x) {
   using T = typename P::activation_type;
   using C = typename P::template compute_type<op::pointwise>;
+  g.require_current(x, "activation");
   Var<T> y = g.template tensor<T>(x.shape);
   for_each(g.context(), x.size(), detail::ActivationOp<Fn, C, T>{x.data, y.data});
   g.on_backward([=](Graph<P, B>& gb) {
     const T* dy = gb.grad(y);
+    if (!dy) return;  // no gradient reached y: claim no slot for x
     const GradOut<T> dx = gb.grad_out(x);
     if (!dy || !dx) return;
     const T* in = Fn::backward_uses_input ? x.data : nullptr;

@@ -11,9 +11,9 @@
 #include <string>
 #include <type_traits>
 
-#include "amp/nn/init.hpp"
+#include "amp/model/init.hpp"
 #include "amp/nn/linear.hpp"
-#include "amp/nn/module.hpp"
+#include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
 
 namespace amp::nn {
@@ -155,6 +155,7 @@ class CausalSelfAttention {
 
   // x: [batch, time, features] -> the same shape.
   Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
+    g.require_current(x, "CausalSelfAttention '", name_, "'");
     AMP_REQUIRE(x.shape.rank() == 3 && x.shape[2] == s_.features, "CausalSelfAttention '", name_, "' (", s_.features,
                 " features): input ", x.shape.str(), " is not [batch x time x ", s_.features, "]");
     return proj_(g, attend(g, s_, qkv_(g, x)));

@@ -14,7 +14,7 @@
 #include <type_traits>
 
 #include "amp/backend/gemm.hpp"
-#include "amp/nn/module.hpp"
+#include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
 
 namespace amp::nn {
@@ -175,6 +175,7 @@ class Conv2d {
   }
 
   Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
+    g.require_current(x, "Conv2d '", name_, "'");
     AMP_REQUIRE(x.shape.rank() == 4 && x.shape[3] == s_.c, "Conv2d '", name_, "' (", s_.c, " -> ", s_.k,
                 " channels): input ", x.shape.str(), " is not a channels-last batch [N, H, W, ", s_.c, "]");
     const ConvGeometry geo = geometry(x.shape);
@@ -264,9 +265,9 @@ class Conv2d {
         fill(ctx, Span<float>{ep.grad_bias, static_cast<std::size_t>(geo.k)}, 0.0f);
       }
       gemm(ctx, dzg, transpose::yes, cols, transpose::no, matrix(dw, geo.k, geo.window()), ep);
-      for_each(ctx, count, detail::AddTapMajorGradOp<GW>{dw, params.grads(s.weight).data, {geo.c, geo.kh * geo.kw}});
+      for_each(ctx, count, detail::AddTapMajorGradOp<GW>{dw, params.backward_grads(s.weight).data, {geo.c, geo.kh * geo.kw}});
       if (s.has_bias)
-        for_each(ctx, static_cast<std::size_t>(geo.k), detail::AddGradFromFloatOp<GW>{ep.grad_bias, params.grads(s.bias).data});
+        for_each(ctx, static_cast<std::size_t>(geo.k), detail::AddGradFromFloatOp<GW>{ep.grad_bias, params.backward_grads(s.bias).data});
     }
     if (!dx) return;
     DCol* dcols = g.template scratch<DCol>(static_cast<std::size_t>(geo.pixels() * geo.window()));

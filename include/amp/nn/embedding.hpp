@@ -9,8 +9,8 @@
 #include <type_traits>
 
 #include "amp/backend/gemm.hpp"
-#include "amp/nn/init.hpp"
-#include "amp/nn/module.hpp"
+#include "amp/model/init.hpp"
+#include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
 
 namespace amp::nn {
@@ -111,6 +111,7 @@ class Embedding {
 
   // The tied output projection: h [.., features] -> logits [.., vocab] = h W^T.
   Var<T> logits(Graph<P, B>& g, Var<T> h) const {
+    g.require_current(h, "Embedding '", name_, "'.logits");
     AMP_REQUIRE(h.shape.rank() >= 1 && h.cols() == s_.features, "Embedding '", name_, "': logits of ", h.shape.str(),
                 ", which does not end in ", s_.features, " features");
     return project(g, s_, h);
@@ -138,11 +139,11 @@ class Embedding {
       Temporaries<P, B> temp(gb);
       float* sums = gb.template scratch<float>(static_cast<std::size_t>(s.vocab * s.features));
       for_each(gb.context(), static_cast<std::size_t>(s.features),
-               detail::EmbedGradOp<T, GW>{ids.data, dy, batch * time, s.vocab, s.features, sums, ps.grads(s.table).data},
+               detail::EmbedGradOp<T, GW>{ids.data, dy, batch * time, s.vocab, s.features, sums, ps.backward_grads(s.table).data},
                static_cast<std::size_t>(batch * time));
       if (s.max_positions > 0)
         for_each(gb.context(), static_cast<std::size_t>(time * s.features),
-                 detail::PositionGradOp<T, GW>{dy, batch, time, s.features, ps.grads(s.positions).data},
+                 detail::PositionGradOp<T, GW>{dy, batch, time, s.features, ps.backward_grads(s.positions).data},
                  static_cast<std::size_t>(batch));
     });
     return y;
@@ -161,7 +162,7 @@ class Embedding {
       const GradOut<T> dh = gb.grad_out(h);
       Temporaries<P, B> temp(gb);
       const Matrix<const G> dyg(as_type<G>(gb, dy, y.size()), rows, s.vocab, s.vocab);
-      gemm(ctx, dyg, transpose::yes, hg, transpose::no, matrix(gb.params().grads(s.table).data, s.vocab, s.features),
+      gemm(ctx, dyg, transpose::yes, hg, transpose::no, matrix(gb.params().backward_grads(s.table).data, s.vocab, s.features),
            GemmEpilogue<GW>{.beta = 1.0f});  // adds to the embedding's own contribution
       if (dh) gemm(ctx, dyg, transpose::no, w, transpose::no, matrix(dh.data, rows, s.features),
                    GemmEpilogue<T>{.beta = dh.accumulate ? 1.0f : 0.0f});

@@ -9,7 +9,7 @@
 
 #include "amp/backend/gemm.hpp"
 #include "amp/core/activation.hpp"
-#include "amp/nn/module.hpp"
+#include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
 
 namespace amp::nn {
@@ -55,6 +55,7 @@ class Linear {
   }
 
   Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
+    g.require_current(x, "Linear '", name_, "'");
     AMP_REQUIRE(x.shape.rank() >= 1 && x.cols() == spec_.in, "Linear '", name_, "' (", spec_.in, " -> ", spec_.out,
                 "): input ", x.shape.str(), " does not end in ", spec_.in, " features");
     return forward(g, spec_, x);
@@ -106,8 +107,8 @@ class Linear {
     const Matrix<const G> dzg(as_type<G>(g, dz, y.size()), rows, s.out, s.out);
     auto& params = g.params();
     GemmEpilogue<GW> ep{.beta = 1.0f};  // parameter gradients accumulate (micro-batches, shared weights)
-    if (s.has_bias) ep.grad_bias = params.grads(s.bias).data;
-    gemm(ctx, dzg, transpose::yes, xg, transpose::no, matrix(params.grads(s.weight).data, s.out, s.in), ep);
+    if (s.has_bias) ep.grad_bias = params.backward_grads(s.bias).data;
+    gemm(ctx, dzg, transpose::yes, xg, transpose::no, matrix(params.backward_grads(s.weight).data, s.out, s.in), ep);
     if (dx) {
       gemm(ctx, dzg, transpose::no, weight_matrix(g, s), transpose::no, matrix(dx.data, rows, s.in),
            GemmEpilogue<T>{.beta = dx.accumulate ? 1.0f : 0.0f});

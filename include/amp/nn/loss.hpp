@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "amp/nn/ops.hpp"
-#include "amp/nn/output.hpp"
+#include "amp/model/output.hpp"
 
 namespace amp::nn {
 
@@ -26,8 +26,10 @@ class Loss {
        const char* name)
       : pred_(pred), target_(target), classes_(classes), slot_(slot), seed_(seed), name_(name) {}
 
-  // The loss value (one sync). An invalid target found on the device is reported here.
+  // The loss value (one sync), while its iteration lasts. An invalid target
+  // found on the device is reported here.
   float item() const {
+    require_current("item()");
     const LossValue v = download_one(graph().context(), static_cast<const LossValue*>(slot_));
     AMP_REQUIRE(v.bad_row < 0, name_, ": the target of row ", v.bad_row, " is invalid (a class label outside [0, ",
                 classes_, ") or a value that is not finite or out of range)");
@@ -37,6 +39,10 @@ class Loss {
 
   // Seeds dL/dpred (times weight and the scale) without running backward.
   void seed(const float* scale, float weight = 1.0f) const {
+    require_current("backward()");
+    AMP_REQUIRE(!graph().backward_done(), name_, " (a loss of iteration ", pred_.var.iteration,
+                "): backward() already ran on that iteration; each iteration is back-propagated once (to "
+                "back-propagate several losses, sum them: (a + b).backward())");
     const GradOut<T> g = graph().grad_out(pred_.var);
     AMP_REQUIRE(g, name_, ": the prediction takes no gradient (it is an input of the model, not an output)");
     seed_(*this, scale, weight, g);
@@ -49,6 +55,8 @@ class Loss {
 
   Graph<P, B>& graph() const { return *pred_.graph; }
   const Output<P, B>& prediction() const { return pred_; }
+  // Throws unless the loss belongs to its graph's iteration in progress.
+  void require_current(const char* call) const { pred_.require_current(name_, ".", call, " (a Loss)"); }
   template <class Target>
   const Target* target() const {
     return static_cast<const Target*>(target_);
@@ -87,6 +95,7 @@ class LossSum {
   }
   void backward(const float* scale = nullptr) const {
     AMP_REQUIRE(!terms_.empty(), "LossSum::backward: no losses");
+    for (const auto& t : terms_) t.first.require_current("backward()");  // all of them before any seeds
     for (const auto& [loss, weight] : terms_) loss.seed(scale, weight);
     terms_.front().first.graph().backward();
   }
@@ -253,6 +262,7 @@ template <template <class, class, class> class Value, template <bool, class, cla
 Loss<P, B> elementwise_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> target, const char* name) {
   using T = typename P::activation_type;
   using C = typename P::template compute_type<op::loss>;
+  pred.require_current(name);
   AMP_REQUIRE(&ctx == &pred.graph->context(), name, ": the prediction lives on another context");
   check_same_shape(pred, target.rows, target.cols, name);
   AMP_REQUIRE(target.contiguous(), name, ": the target must be contiguous");
@@ -287,6 +297,7 @@ Loss<P, B> cross_entropy(Context<B>& ctx, const Output<P, B>& pred, Span<const s
   using T = typename P::activation_type;
   using S = typename P::template compute_type<op::softmax>;
   using C = typename P::template compute_type<op::loss>;
+  pred.require_current("cross_entropy");
   AMP_REQUIRE(&ctx == &pred.graph->context(), "cross_entropy: the prediction lives on another context");
   AMP_REQUIRE(static_cast<std::int64_t>(labels.size) == pred.rows(), "cross_entropy: ", labels.size,
               " labels for a prediction of ", pred.rows(), " rows");

@@ -17,7 +17,7 @@
 #include <string>
 
 #include "amp/backend/collective.hpp"
-#include "amp/nn/module.hpp"
+#include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
 
 namespace amp::nn {
@@ -274,6 +274,7 @@ class BatchNorm {
   }
 
   Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
+    g.require_current(x, "BatchNorm '", name_, "'");
     AMP_REQUIRE(x.shape.rank() >= 2 && x.cols() == s_.features, "BatchNorm '", name_, "' (", s_.features,
                 " channels): input ", x.shape.str(), " does not end in ", s_.features, " channels");
     return forward(g, s_, x);
@@ -348,8 +349,8 @@ class BatchNorm {
     column_sums(g, rows, cols, detail::GradXhatAt<T, false>{dy, x.data, mean, inv_std, cols}, sum_dy_xhat);
     const N* gamma = s.affine ? params.values(s.weight).data : nullptr;
     if (s.affine)  // this rank's sums: data parallel adds the parameter gradients over the ranks
-      for_each(ctx, static_cast<std::size_t>(cols), detail::AffineGradOp<N>{sum_dy, sum_dy_xhat, params.grads(s.weight).data,
-                                                                              params.grads(s.bias).data});
+      for_each(ctx, static_cast<std::size_t>(cols), detail::AffineGradOp<N>{sum_dy, sum_dy_xhat, params.backward_grads(s.weight).data,
+                                                                              params.backward_grads(s.bias).data});
     if (dx) {
       if (sync) sync->all_reduce_sum(ctx, Span<float>(sum_dy, static_cast<std::size_t>(2 * cols)));
       for_each(ctx, static_cast<std::size_t>(rows), detail::BatchNormGradOp<C, T, N>{x.data, dy, dx.data, mean, inv_std, sum_dy, sum_dy_xhat,
@@ -392,6 +393,7 @@ class LayerNorm {
   }
 
   Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
+    g.require_current(x, "LayerNorm '", name_, "'");
     AMP_REQUIRE(x.shape.rank() >= 1 && x.cols() == s_.features, "LayerNorm '", name_, "' (", s_.features,
                 " features): input ", x.shape.str(), " does not end in ", s_.features);
     return forward(g, s_, x);
@@ -439,8 +441,8 @@ class LayerNorm {
       float* sum_dy_xhat = g.template scratch<float>(static_cast<std::size_t>(cols));
       column_sums(g, rows, cols, detail::GradAt<T>{dy, cols}, sum_dy);
       column_sums(g, rows, cols, detail::GradXhatAt<T, true>{dy, x.data, mean, inv_std, cols}, sum_dy_xhat);
-      for_each(ctx, static_cast<std::size_t>(cols), detail::AffineGradOp<N>{sum_dy, sum_dy_xhat, params.grads(s.weight).data,
-                                                                              params.grads(s.bias).data});
+      for_each(ctx, static_cast<std::size_t>(cols), detail::AffineGradOp<N>{sum_dy, sum_dy_xhat, params.backward_grads(s.weight).data,
+                                                                              params.backward_grads(s.bias).data});
     }
     if (dx)
       for_each(ctx, static_cast<std::size_t>(rows),

@@ -7,7 +7,7 @@
 #include <type_traits>
 
 #include "amp/backend/algorithm.hpp"
-#include "amp/nn/graph.hpp"
+#include "amp/model/graph.hpp"
 
 namespace amp::nn {
 
@@ -148,7 +148,7 @@ class Temporaries {
 
  private:
   Graph<P, B>& g_;
-  std::size_t mark_;
+  typename Graph<P, B>::Mark mark_;
 };
 
 }  // namespace amp::nn

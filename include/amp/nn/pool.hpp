@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include "amp/nn/module.hpp"
+#include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
 
 namespace amp::nn {
@@ -185,6 +185,7 @@ class Pool2d {
   }
 
   Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
+    g.require_current(x, "Pool2d '", name_, "'");
     AMP_REQUIRE(x.shape.rank() == 4, "Pool2d '", name_, "': input ", x.shape.str(),
                 " is not a channels-last batch [N, H, W, C]");
     const auto out = [&](std::int64_t in) {  // 0 when the window does not fit (no rounding toward zero)
@@ -204,6 +205,7 @@ class Pool2d {
                window);
       g.on_backward([=](Graph<P, B>& gb) {
         const T* dy = gb.grad(y);
+        if (!dy) return;  // no gradient reached y: claim no slot for x
         const GradOut<T> dx = gb.grad_out(x);
         if (dy && dx)
           for_each(gb.context(), static_cast<std::size_t>(geo.n * geo.h * geo.w),
@@ -214,6 +216,7 @@ class Pool2d {
                window);
       g.on_backward([=](Graph<P, B>& gb) {
         const T* dy = gb.grad(y);
+        if (!dy) return;  // no gradient reached y: claim no slot for x
         const GradOut<T> dx = gb.grad_out(x);
         if (dy && dx)
           for_each(gb.context(), static_cast<std::size_t>(geo.n * geo.h * geo.w),
@@ -246,6 +249,7 @@ class GlobalAvgPool {
   GlobalAvgPool(Builder<P, B>, const Config&) {}
 
   Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
+    g.require_current(x, "GlobalAvgPool");
     AMP_REQUIRE(x.shape.rank() == 4, "GlobalAvgPool: input ", x.shape.str(), " is not a batch [N, H, W, C]");
     const std::int64_t n = x.shape[0], positions = x.shape[1] * x.shape[2], c = x.shape[3];
     Var<T> y = g.template tensor<T>(Shape{n, c});
@@ -253,6 +257,7 @@ class GlobalAvgPool {
              static_cast<std::size_t>(positions));
     g.on_backward([=](Graph<P, B>& gb) {
       const T* dy = gb.grad(y);
+      if (!dy) return;  // no gradient reached y: claim no slot for x
       const GradOut<T> dx = gb.grad_out(x);
       if (dy && dx)
         for_each(gb.context(), static_cast<std::size_t>(n * positions),

@@ -9,7 +9,7 @@
 #include <tuple>
 #include <utility>
 
-#include "amp/nn/module.hpp"
+#include "amp/model/model.hpp"
 
 namespace amp::nn {
 

@@ -3,7 +3,7 @@
 // last dimension, the channels of a channels-last image), flatten, dropout.
 #include <cstdint>
 
-#include "amp/nn/module.hpp"
+#include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
 
 namespace amp::nn {
@@ -88,6 +88,8 @@ Var<typename P::activation_type> add(Graph<P, B>& g, Var<typename P::activation_
                                      Var<typename P::activation_type> b) {
   using T = typename P::activation_type;
   using C = typename P::template compute_type<op::pointwise>;
+  g.require_current(a, "add");
+  g.require_current(b, "add");
   AMP_REQUIRE(a.shape == b.shape, "add: shapes ", a.shape.str(), " and ", b.shape.str(), " differ");
   Var<T> y = g.template tensor<T>(a.shape);
   for_each(g.context(), y.size(), detail::AddOp<C, T>{a.data, b.data, y.data});
@@ -106,6 +108,8 @@ template <Policy P, Backend B>
 Var<typename P::activation_type> concat(Graph<P, B>& g, Var<typename P::activation_type> a,
                                         Var<typename P::activation_type> b) {
   using T = typename P::activation_type;
+  g.require_current(a, "concat");
+  g.require_current(b, "concat");
   AMP_REQUIRE(a.shape.rank() == b.shape.rank() && a.rows() == b.rows() && a.shape.with(-1, 0) == b.shape.with(-1, 0),
               "concat: shapes ", a.shape.str(), " and ", b.shape.str(), " differ before the last dimension");
   const std::int64_t ca = a.cols(), cb = b.cols(), cy = ca + cb;
@@ -136,6 +140,7 @@ class Flatten {
   Flatten(Builder<P, B>, const Config&) {}
 
   Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
+    g.require_current(x, "Flatten");
     AMP_REQUIRE(x.shape.rank() >= 2, "Flatten: input ", x.shape.str(), " has no dimension to flatten");
     const std::int64_t n = x.shape[0], per = x.shape.numel() / std::max<std::int64_t>(n, 1);
     Var<T> y = g.template tensor<T>(Shape{n, per});
@@ -144,6 +149,7 @@ class Flatten {
     for_each(g.context(), pixels, detail::FlattenOp<T>{x.data, y.data, hw, c}, static_cast<std::size_t>(c));
     g.on_backward([=](Graph<P, B>& gb) {
       const T* dy = gb.grad(y);
+      if (!dy) return;  // no gradient reached y: claim no slot for x
       const GradOut<T> dx = gb.grad_out(x);
       if (dy && dx)
         for_each(gb.context(), pixels, detail::FlattenGradOp<T>{dy, dx.data, hw, c, dx.accumulate}, static_cast<std::size_t>(c));
@@ -156,6 +162,7 @@ template <Policy P, Backend B>
 Var<typename P::activation_type> dropout(Graph<P, B>& g, Var<typename P::activation_type> x, float p) {
   using T = typename P::activation_type;
   using C = typename P::template compute_type<op::pointwise>;
+  g.require_current(x, "dropout");
   if (!g.training() || p == 0.0f) return x;
   Var<T> y = g.template tensor<T>(x.shape);
   const std::uint64_t stream = g.random_stream();
@@ -163,6 +170,7 @@ Var<typename P::activation_type> dropout(Graph<P, B>& g, Var<typename P::activat
   for_each(g.context(), x.size(), detail::DropoutOp<C, T>{x.data, y.data, stream, p, keep_scale, false});
   g.on_backward([=](Graph<P, B>& gb) {
     const T* dy = gb.grad(y);
+    if (!dy) return;  // no gradient reached y: claim no slot for x
     const GradOut<T> dx = gb.grad_out(x);
     if (dy && dx) for_each(gb.context(), x.size(), detail::DropoutOp<C, T>{dy, dx.data, stream, p, keep_scale, dx.accumulate});
   });

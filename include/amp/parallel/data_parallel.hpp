@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "amp/backend/collective.hpp"
-#include "amp/nn/parameters.hpp"
+#include "amp/model/parameters.hpp"
 #include "amp/optim/optimizer.hpp"
 
 namespace amp::parallel {
@@ -52,8 +52,8 @@ class DataParallel final : public optim::GradientReducer {
     broadcast_parameters();
     for (std::size_t s = 0; s < opt.stores().size(); ++s) {
       watches_.push_back(std::make_unique<Watch>(*this, *opt.stores()[s]));
-      make_buckets(*watches_.back(), opt.stores()[s]->template group<nn::role::weight>());
-      make_buckets(*watches_.back(), opt.stores()[s]->template group<nn::role::norm>());
+      make_buckets(*watches_.back(), opt.stores()[s]->template arena<nn::role::weight>());
+      make_buckets(*watches_.back(), opt.stores()[s]->template arena<nn::role::norm>());
     }
     for (auto& w : watches_) w->store->set_observer(w.get());
     opt.set_gradient_reducer(this);
@@ -218,7 +218,7 @@ class DataParallel final : public optim::GradientReducer {
     using G = typename Group::grad_type;
     if (group.count() == 0) return;
     const auto& table = w.store->table();
-    constexpr nn::role R = std::is_same_v<Group, nn::ParamGroup<policy, backend, nn::role::weight>> ? nn::role::weight
+    constexpr nn::role R = std::is_same_v<Group, nn::RoleArena<policy, backend, nn::role::weight>> ? nn::role::weight
                                                                                                     : nn::role::norm;
     std::size_t end = group.count();  // the bucket being filled ends here (padding included)
     Bucket b;
@@ -278,8 +278,8 @@ class DataParallel final : public optim::GradientReducer {
       if (span.size) comm_->broadcast(*ctx_, span.data, span.size * sizeof(*span.data), 0);
     };
     for (Store* s : opt_->stores()) {
-      auto& w = s->template group<nn::role::weight>();
-      auto& n = s->template group<nn::role::norm>();
+      auto& w = s->template arena<nn::role::weight>();
+      auto& n = s->template arena<nn::role::norm>();
       send(w.values()), send(w.master()), send(n.values()), send(n.master()), send(s->buffer_values());
       s->mark_updated();
     }

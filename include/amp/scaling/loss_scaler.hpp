@@ -4,13 +4,16 @@
 // loss scaling, nothing is multiplied or divided at all; the non-finite check
 // stays, so no level trains on NaN.
 //
-// One iteration, one verdict: step(opt) queues an optimizer's step, and
-// update() checks the gradients of every optimizer of the iteration (one
-// device-side reduction each, no host sync), applies the queued steps, each
-// skipped on the device if any of them overflowed, and backs the scale off or
-// grows it. unscale(opt) checks that optimizer at once. Calls out of order are
-// errors: unscale() or step() twice for one optimizer, update() without a step
-// or unscale, a scaled backward after this iteration's step or unscale.
+// The scaler owns the check, the unscaling and the verdict; an optimizer
+// (optim/optimizer.hpp) owns its update. As in PyTorch: unscale(opt) checks
+// that optimizer's gradients (one device-side reduction, no host sync) and
+// moves them, unscaled, into fp32, where they can be read and edited;
+// step(opt) checks them if unscale() did not and applies the optimizer's step
+// at once, skipped on the device if that optimizer's gradients overflowed (the
+// verdict is per optimizer); update() backs the scale off if any optimizer it
+// checked overflowed, or grows it. Calls out of order are errors: unscale() or
+// step() twice for one optimizer, update() without a step or unscale, a scaled
+// backward after this iteration's step or unscale.
 //
 // Scale, counters and the verdict live in backend memory and are updated
 // there; the host watches a lagging mirror of them to stop a diverged run.
@@ -84,7 +87,7 @@ struct UpdateScaleOp {
         if (++s->growth_tracker >= cfg.growth_interval) {
           s->growth_tracker = 0;
           const float next = s->scale * cfg.growth_factor;
-          s->scale = !is_finite(next) || next > cfg.max_scale ? cfg.max_scale : next;
+          if (is_finite(next)) s->scale = next > cfg.max_scale ? cfg.max_scale : next;  // else keep it, as PyTorch
         }
       }
     }
@@ -101,28 +104,6 @@ struct SetScaleOp {
 
 template <class Loss, class Scaler>
 class ScaledLoss;
-
-// What a loss scaler drives, whatever its policy and rule: an optimizer.
-template <Backend B>
-class Scalable {
- public:
-  // Reduces the gradients into the optimizer's statistics and ORs its
-  // overflow into *found_inf (the scaler's verdict for the iteration).
-  virtual void check(int* found_inf) = 0;
-  // Moves the gradients, divided by *scale, into fp32 (adding to earlier shares).
-  virtual void unscale(const float* scale) = 0;
-  // The fused step: gradients times 1/*scale (nullptr: already unscaled, or no
-  // scaling), skipped on the device when *found_inf is set.
-  virtual void apply(const float* scale, const int* found_inf) = 0;
-  // The iteration is over (the scaler's update()).
-  virtual void end_iteration() { stepped = false, unscaled_by = nullptr; }
-
-  bool stepped = false;                // queued by a scaler in this iteration
-  const void* unscaled_by = nullptr;   // the last scaler that unscaled it in this iteration
-
- protected:
-  ~Scalable() = default;
-};
 
 template <Backend B, scaling Mode>
 class LossScaler {
@@ -157,45 +138,45 @@ class LossScaler {
 
   // A scaled backward is about to run: only before this iteration's steps.
   void before_backward() const {
-    AMP_REQUIRE(involved_.empty(), "loss scaler: a scaled backward after this iteration's step() or unscale(); call "
-                                   "update() first (every backward of an iteration comes before its first step)");
+    AMP_REQUIRE(records_.empty(), "loss scaler: a scaled backward after this iteration's step() or unscale(); call "
+                                  "update() first (every backward of an iteration comes before its first step)");
   }
 
-  // Divides this optimizer's gradients by the scale into fp32 (so nothing
-  // small underflows in fp16, as Apex unscales into master gradients); its step
-  // then uses them. Several scalers may unscale into one optimizer (Apex's
-  // num_losses): their shares add.
-  void unscale(Scalable<B>& opt) {
-    AMP_REQUIRE(opt.unscaled_by != this, "loss scaler: unscale() was already called for this optimizer since the "
-                                         "last update()");
-    AMP_REQUIRE(!opt.stepped, "loss scaler: unscale() after this optimizer's step()");
-    join(opt);
-    opt.check(&state_.data()->found_inf);
-    opt.unscale(scale_ptr());
-    opt.unscaled_by = this;
+  // Checks this optimizer's gradients and divides them by the scale into
+  // fp32 (opt.gradients().unscaled(...) reads and edits them until the step).
+  // Several scalers may unscale into one optimizer (Apex's num_losses): their
+  // shares add.
+  template <class Optimizer>
+  void unscale(Optimizer& opt) {
+    Record& r = record(&opt);
+    AMP_REQUIRE(!r.unscaled, "loss scaler: unscale() was already called for this optimizer since the last update()");
+    AMP_REQUIRE(!r.stepped, "loss scaler: unscale() after this optimizer's step()");
+    unscale_share(opt.gradients(), r);
   }
 
-  // Queues the optimizer's fused step; update() applies it.
-  void step(Scalable<B>& opt) {
-    AMP_REQUIRE(!opt.stepped, "loss scaler: step() was already called for this optimizer since the last update()");
-    join(opt);
-    opt.stepped = true;
-    queued_.push_back(&opt);
+  // Applies the optimizer's step now, as PyTorch's scaler.step(opt): checks
+  // its gradients first unless unscale() did, and the step is skipped on the
+  // device if they overflowed.
+  template <class Optimizer>
+  void step(Optimizer& opt) {
+    Record& r = record(&opt);
+    AMP_REQUIRE(!r.stepped, "loss scaler: step() was already called for this optimizer since the last update()");
+    auto& grads = opt.gradients();
+    if (!r.unscaled) {
+      if (grads.unscaled()) unscale_share(grads, r);  // another scaler's share is in fp32: this one joins it
+      else grads.check(&state_.data()->found_inf);
+    }
+    opt.apply(scale_ptr());
+    r.stepped = true;
   }
 
-  // Checks every optimizer of the iteration that unscale() has not, applies
-  // the queued steps (skipped on the device if anything overflowed), then backs
-  // the scale off or grows it, on the device; the host then looks at the newest
+  // Ends the iteration: backs the scale off if any gradient this scaler
+  // checked overflowed, or grows it, on the device; then looks at the newest
   // landed state and reports a divergence.
   void update() {
-    AMP_REQUIRE(!involved_.empty(), "loss scaler: update() without a step() or unscale() since the last update()");
-    for (auto* opt : involved_)
-      if (opt->unscaled_by == nullptr) opt->check(&state_.data()->found_inf);
-    for (auto* opt : queued_) opt->apply(opt->unscaled_by ? nullptr : scale_ptr(), &state_.data()->found_inf);
+    AMP_REQUIRE(!records_.empty(), "loss scaler: update() without a step() or unscale() since the last update()");
     for_each(*ctx_, 1, detail::UpdateScaleOp<Mode>{state_.data(), cfg_});
-    for (auto* opt : involved_) opt->end_iteration();
-    involved_.clear();
-    queued_.clear();
+    records_.clear();
     watch_divergence();
   }
   // Sets the scale (PyTorch's update(new_scale)), after ending the iteration if one is open.
@@ -203,7 +184,7 @@ class LossScaler {
     AMP_REQUIRE(new_scale > 0 && std::isfinite(new_scale), "loss scaler: update(", new_scale,
                 "): the scale must be positive and finite");
     static_assert(Mode != scaling::none, "update(new_scale): this scaler does not scale");
-    if (!involved_.empty()) update();
+    if (!records_.empty()) update();
     for_each(*ctx_, 1, detail::SetScaleOp{state_.data(), new_scale});
   }
 
@@ -214,7 +195,7 @@ class LossScaler {
   }
   ScalerState state() const { return download_one(*ctx_, static_cast<const ScalerState*>(state_.data())); }
   void set_state(const ScalerState& s) {
-    AMP_REQUIRE(involved_.empty(), "loss scaler: set_state() in the middle of an iteration");
+    AMP_REQUIRE(records_.empty(), "loss scaler: set_state() in the middle of an iteration");
     upload(*ctx_, state_.span(), &s, 1);
   }
   const ScalerState* state_ptr() const { return state_.data(); }
@@ -233,8 +214,21 @@ class LossScaler {
     return cfg;
   }
 
-  void join(Scalable<B>& opt) {
-    if (std::find(involved_.begin(), involved_.end(), &opt) == involved_.end()) involved_.push_back(&opt);
+  // What this scaler did to one optimizer in this iteration.
+  struct Record {
+    const void* optimizer;
+    bool unscaled = false, stepped = false;
+  };
+  Record& record(const void* opt) {
+    for (auto& r : records_)
+      if (r.optimizer == opt) return r;
+    return records_.emplace_back(Record{opt});
+  }
+  template <class Gradients>
+  void unscale_share(Gradients& grads, Record& r) {
+    grads.check(&state_.data()->found_inf);
+    grads.unscale(scale_ptr());
+    r.unscaled = true;
   }
 
   void watch_divergence() {
@@ -251,8 +245,7 @@ class LossScaler {
   ScalerConfig cfg_;
   Buffer<ScalerState, B> state_;
   Mirror<ScalerState, B> mirror_;
-  std::vector<Scalable<B>*> involved_;  // this iteration's optimizers
-  std::vector<Scalable<B>*> queued_;    // their steps, applied at update()
+  std::vector<Record> records_;  // this iteration's optimizers
 };
 
 template <Backend B>

@@ -1,14 +1,27 @@
 #pragma once
-// The graph of one forward pass: a tape. Each op writes its outputs into the
-// graph's memory and records what its backward needs (by value, in a closure),
-// so layers hold no per-call state: a layer called twice (shared weights), an
-// output read by two ops (gradients add), several inputs, several losses, all
-// are ordinary. backward() runs the closures last first; each adds its input
-// gradients where the graph says (the first contribution writes, later ones add).
+// The graph of one training iteration: a tape. Each op writes its outputs into
+// the graph's memory and records what its backward needs (by value, in a
+// closure), so layers hold no per-call state: a layer called twice (shared
+// weights), an output read by two ops (gradients add), several inputs, several
+// losses, several forwards of one model before one backward (a GAN's
+// discriminator on the real and the fake batch), all are ordinary. backward()
+// runs the closures of every forward of the iteration, last recorded first;
+// each adds its input gradients where the graph says (the first contribution
+// writes, later ones add).
 //
-// Memory: a bump arena reset at every forward. It is sized once, when the model
-// is built, by a planning pass at the largest batch (see Model): afterwards a
-// training step allocates nothing, and could be captured in a CUDA graph.
+// Iterations: a forward joins the iteration in progress while that iteration
+// holds a training-mode forward whose backward has not run (up to
+// ModelOptions::forwards_per_iteration forwards, so an evaluation forward may
+// join a training iteration); otherwise it starts a new iteration, which drops
+// the old tape, gradients and memory.
+// Every tensor knows its iteration, and a tensor of an iteration that is gone
+// is an error, never another forward's values.
+//
+// Memory: a bump arena, sized once when the model is built by a planning pass
+// of ModelOptions::forwards_per_iteration forwards at the largest batch (see
+// Model); afterwards a forward or a backward allocates nothing. Ops that the
+// plan did not see (on the outputs of several forwards, say) get a spill block
+// at their first iteration, kept for the later ones.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -20,18 +33,20 @@
 
 #include "amp/backend/algorithm.hpp"
 #include "amp/backend/buffer.hpp"
-#include "amp/nn/parameters.hpp"
+#include "amp/model/parameters.hpp"
 #include "amp/tensor.hpp"
 
 namespace amp::nn {
 
 // A tensor recorded on a graph; id indexes the graph's gradients (-1: no
-// gradient flows into it, e.g. class labels or token ids).
+// gradient flows into it, e.g. class labels or token ids); iteration is the
+// graph's iteration it belongs to (0: none).
 template <class T>
 struct Var {
   T* data = nullptr;
   Shape shape;
   int id = -1;
+  std::uint64_t iteration = 0;
 
   std::size_t size() const { return static_cast<std::size_t>(shape.numel()); }
   TensorView<T> view() const { return {data, shape}; }
@@ -132,13 +147,15 @@ class Graph {
   // The build-time pass that sizes memory: ops run as usual on zeros, but
   // leave no trace (no running statistics, no random stream advanced).
   bool planning() const { return planning_; }
+  // The iteration in progress, from 1 (planning has its own).
+  std::uint64_t iteration() const { return iteration_; }
   bool training() const { return training_; }
   void set_training(bool on) { training_ = on; }
 
   // A new tensor on the graph; differentiable ones can receive a gradient.
   template <class U>
   Var<U> tensor(Shape shape, bool differentiable = true) {
-    Var<U> v{scratch<U>(static_cast<std::size_t>(shape.numel())), shape, -1};
+    Var<U> v{scratch<U>(static_cast<std::size_t>(shape.numel())), shape, -1, iteration_};
     if (differentiable) {
       v.id = static_cast<int>(grads_.size());
       grads_.push_back({nullptr, v.size() * sizeof(U)});
@@ -158,15 +175,29 @@ class Graph {
     tape_.push(std::forward<F>(f));
   }
 
+  // Throws unless v belongs to this graph's iteration in progress; `who` names
+  // the handle or the op that holds it.
+  template <class U, class... Who>
+  void require_current(const Var<U>& v, const Who&... who) const {
+    if (v.iteration == iteration_) return;
+    fail(who..., ": tensor ", v.shape.str(), " is from iteration ", v.iteration, " of its graph, which is now at ",
+         planning_ ? "its planning pass" : "iteration ", planning_ ? "" : std::to_string(iteration_),
+         v.iteration == 0 ? " (a tensor not made by a graph)" : "",
+         " (a forward after a backward, or past ModelOptions::forwards_per_iteration, starts a new iteration and "
+         "drops the old one's tensors)");
+  }
+
   // dL/dv so far, or nullptr when no gradient reached v.
   template <class U>
   const U* grad(const Var<U>& v) const {
+    require_current(v, "Graph::grad");
     return v.id < 0 ? nullptr : static_cast<const U*>(grads_[static_cast<std::size_t>(v.id)].data);
   }
   // Where a contribution to dL/dv goes (allocated at the first one); empty
   // for tensors that take no gradient.
   template <class U>
   GradOut<U> grad_out(const Var<U>& v) {
+    require_current(v, "Graph::grad_out");
     if (v.id < 0) return {};
     auto& g = grads_[static_cast<std::size_t>(v.id)];
     if (g.data) return {static_cast<U*>(g.data), true};
@@ -174,9 +205,9 @@ class Graph {
     return {static_cast<U*>(g.data), false};
   }
 
-  // A fresh slot for a loss value: two losses of one forward never share one.
+  // A fresh slot for a loss value: two losses of one iteration never share one.
   LossValue* loss_slot() {
-    AMP_REQUIRE(loss_count_ < max_losses, "Graph: more than ", max_losses, " losses in one forward");
+    AMP_REQUIRE(loss_count_ < max_losses, "Graph: more than ", max_losses, " losses in one iteration");
     return losses_.data() + loss_count_++;
   }
 
@@ -188,20 +219,27 @@ class Graph {
   std::uint64_t forward_count() const { return forward_count_; }
   void set_forward_count(std::uint64_t n) { forward_count_ = n; }
 
-  // Starts a forward: the previous forward's tape, gradients and memory are dropped.
+  // Starts a forward: it joins the iteration in progress while that holds a
+  // training-mode forward not yet back-propagated and has room for it, else
+  // it starts a new one. A forward past forwards_per_iteration abandons the
+  // pending iteration: its tensors are then stale, an error when used.
   void begin_forward() {
-    tape_.clear();
-    grads_.clear();
-    offset_ = 0;
-    loss_count_ = 0;
+    if (!open() || (forwards_ >= forwards_planned_ && !planning_)) start_iteration();
+    ++forwards_;
+    has_training_forward_ = has_training_forward_ || training_ || planning_;
     stream_ = 0;
-    backward_done_ = false;
     if (!planning_) ++forward_count_;
   }
+  // Forwards in the iteration in progress.
+  int forwards() const { return forwards_; }
 
-  // Runs the backward closures, last recorded first. Once per forward.
+  // Runs the backward closures of every forward of the iteration, last
+  // recorded first. Once per iteration.
   void backward() {
-    AMP_REQUIRE(!backward_done_, "backward() ran twice on one forward: each forward can be back-propagated once");
+    AMP_REQUIRE(forwards_ > 0, "backward(): no forward ran in this iteration");
+    AMP_REQUIRE(!backward_done_, "backward() ran twice on iteration ", iteration_,
+                ": each iteration is back-propagated once (to back-propagate several losses, sum them: "
+                "(a + b).backward())");
     backward_done_ = true;
     BackwardObserver* watch = planning_ ? nullptr : params_->observer();
     if (!watch) return tape_.run_backward(*this, [] {});
@@ -212,10 +250,11 @@ class Graph {
   bool backward_done() const { return backward_done_; }
 
   // The planning pass (Model's constructor): memory grows as ops ask, and the
-  // total becomes the arena's size.
-  void begin_planning() {
+  // total becomes the arena's size; `forwards` forwards may join one iteration.
+  void begin_planning(int forwards) {
     planning_ = true;
-    begin_forward();
+    forwards_planned_ = forwards;
+    start_iteration();
   }
   void end_planning() {
     planning_ = false;
@@ -223,19 +262,31 @@ class Graph {
     tape_.clear();
     grads_.clear();
     chunks_.clear();
-    arena_ = Buffer<std::byte, B>(*ctx_, needed, memory_kind::activations);
-    begin_forward();
+    blocks_.clear();
+    blocks_.emplace_back(*ctx_, std::max<std::size_t>(needed, alignment), memory_kind::activations);
+    start_iteration();  // the planning pass's tensors are gone
   }
   // Temporaries: memory allocated after mark() is given back by release(mark).
-  std::size_t mark() const { return offset_; }
-  void release(std::size_t mark) {
-    offset_ = mark;
-    while (!chunks_.empty() && chunks_.back().offset >= mark) chunks_.pop_back();
+  struct Mark {
+    std::size_t block, offset;
+  };
+  Mark mark() const { return {block_, offset_}; }
+  void release(Mark m) {
+    block_ = m.block, offset_ = m.offset;
+    while (!chunks_.empty() && chunks_.back().offset >= m.offset) chunks_.pop_back();
   }
 
-  // Bytes the arena holds (what the planning pass measured).
-  std::size_t arena_bytes() const { return arena_.bytes(); }
-  std::size_t bytes_in_use() const { return offset_; }
+  // Bytes the arena holds: what the planning pass measured, and any spill blocks.
+  std::size_t arena_bytes() const {
+    std::size_t total = 0;
+    for (const auto& b : blocks_) total += b.bytes();
+    return total;
+  }
+  std::size_t bytes_in_use() const {
+    std::size_t total = offset_;
+    for (std::size_t k = 0; k < block_; ++k) total += blocks_[k].bytes();
+    return total;
+  }
 
  private:
   struct GradSlot {
@@ -247,6 +298,18 @@ class Graph {
     Buffer<std::byte, B> memory;
   };
 
+  // A backward is still to come for the iteration in progress.
+  bool open() const { return has_training_forward_ && !backward_done_; }
+  void start_iteration() {
+    tape_.clear();
+    grads_.clear();
+    block_ = 0, offset_ = 0;
+    loss_count_ = 0;
+    forwards_ = 0;
+    has_training_forward_ = backward_done_ = false;
+    ++iteration_;
+  }
+
   void* allocate(std::size_t bytes) {
     bytes = (bytes + alignment - 1) / alignment * alignment;
     if (planning_) {
@@ -255,23 +318,32 @@ class Graph {
       chunks_.push_back({offset_ - bytes, Buffer<std::byte, B>(*ctx_, bytes, memory_kind::activations)});
       return chunks_.back().memory.data();
     }
-    AMP_REQUIRE(offset_ + bytes <= arena_.bytes(), "Graph: this forward needs more than the ", arena_.bytes(),
-                " bytes planned when the model was built (a larger batch or other input shapes than "
-                "ModelOptions describes?)");
-    void* at = arena_.data() + offset_;
+    if (offset_ + bytes > blocks_[block_].bytes()) {  // past the plan: the next block, made or grown once
+      ++block_, offset_ = 0;
+      if (block_ == blocks_.size() || blocks_[block_].bytes() < bytes)  // nothing of this iteration lives there yet
+        spill(std::max(bytes, blocks_.front().bytes() / 4 + alignment));
+    }
+    void* at = blocks_[block_].data() + offset_;
     offset_ += bytes;
     return at;
+  }
+  void spill(std::size_t bytes) {
+    Buffer<std::byte, B> b(*ctx_, bytes, memory_kind::activations);
+    if (block_ == blocks_.size()) blocks_.push_back(std::move(b));
+    else blocks_[block_] = std::move(b);
   }
 
   Context<B>* ctx_;
   ParameterStore<P, B>* params_;
   std::uint64_t seed_;
-  bool planning_ = false, training_ = true, backward_done_ = false;
+  bool planning_ = false, training_ = true, backward_done_ = false, has_training_forward_ = false;
+  int forwards_ = 0, forwards_planned_ = 1;
+  std::uint64_t iteration_ = 0;
   detail::Tape<Graph> tape_;
   std::vector<GradSlot> grads_;
-  Buffer<std::byte, B> arena_;
+  std::vector<Buffer<std::byte, B>> blocks_;  // the planned arena, then spill blocks
   std::vector<Chunk> chunks_;  // planning only: one per allocation, freed as the arena will be
-  std::size_t offset_ = 0, planned_bytes_ = 0;
+  std::size_t block_ = 0, offset_ = 0, planned_bytes_ = 0;
   Buffer<LossValue, B> losses_;
   int loss_count_ = 0;
   std::uint64_t forward_count_ = 0, stream_ = 0;

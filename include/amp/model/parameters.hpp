@@ -15,7 +15,7 @@
 
 #include "amp/backend/algorithm.hpp"
 #include "amp/backend/buffer.hpp"
-#include "amp/nn/init.hpp"
+#include "amp/model/init.hpp"
 #include "amp/policy.hpp"
 #include "amp/tensor.hpp"
 
@@ -82,9 +82,9 @@ struct role_types<P, role::buffer> {
   using grad = void;
 };
 
-// The arenas of one role.
+// The arenas of one role: values, gradients, master copy, cast caches.
 template <Policy P, Backend B, role R>
-class ParamGroup {
+class RoleArena {
  public:
   using stored_type = typename role_types<P, R>::stored;
   using grad_type = typename role_types<P, R>::grad;
@@ -227,12 +227,12 @@ class ParameterStore {
   Context<B>& context() const { return *ctx_; }
 
   template <role R>
-  ParamGroup<P, B, R>& group() {
+  RoleArena<P, B, R>& arena() {
     if constexpr (R == role::weight) return weights_;
     else return norms_;
   }
   template <role R>
-  const ParamGroup<P, B, R>& group() const {
+  const RoleArena<P, B, R>& arena() const {
     if constexpr (R == role::weight) return weights_;
     else return norms_;
   }
@@ -240,13 +240,19 @@ class ParameterStore {
   template <role R>
   auto values(Param<R> p) const {
     if constexpr (R == role::buffer) return buffers_.span().subspan(p.offset, p.count);
-    else return group<R>().values().subspan(p.offset, p.count);
+    else return arena<R>().values().subspan(p.offset, p.count);
   }
-  // A parameter's gradient, for a backward op to add to.
+  // A parameter's gradient.
   template <role R>
   auto grads(Param<R> p) const {
+    return arena<R>().grads().subspan(p.offset, p.count);
+  }
+  // A parameter's gradient for a backward op to add to: the backward observer
+  // (data parallel) learns that this op writes it.
+  template <role R>
+  auto backward_grads(Param<R> p) {
     if (observer_) observer_->gradient_touched(p.index);
-    return group<R>().grads().subspan(p.offset, p.count);
+    return grads(p);
   }
   // Every buffer (BatchNorm's running statistics), fp32.
   Span<float> buffer_values() const { return buffers_.span(); }
@@ -256,12 +262,12 @@ class ParameterStore {
   // The values as T: the stored values or the role's cast cache.
   template <class T, role R>
   Span<const T> as(Param<R> p) {
-    return group<R>().template as<T>(*ctx_).subspan(p.offset, p.count);
+    return arena<R>().template as<T>(*ctx_).subspan(p.offset, p.count);
   }
 
   void zero_grad() {
-    fill(*ctx_, weights_.grads(), cast<typename ParamGroup<P, B, role::weight>::grad_type>(0.0f));
-    fill(*ctx_, norms_.grads(), cast<typename ParamGroup<P, B, role::norm>::grad_type>(0.0f));
+    fill(*ctx_, weights_.grads(), cast<typename RoleArena<P, B, role::weight>::grad_type>(0.0f));
+    fill(*ctx_, norms_.grads(), cast<typename RoleArena<P, B, role::norm>::grad_type>(0.0f));
   }
   // The values changed (an optimizer step, a load): cast caches are stale.
   void mark_updated() {
@@ -296,8 +302,8 @@ class ParameterStore {
   std::size_t weight_count_ = 0, norm_count_ = 0, buffer_count_ = 0;
   bool allocated_ = false;
   BackwardObserver* observer_ = nullptr;
-  ParamGroup<P, B, role::weight> weights_;
-  ParamGroup<P, B, role::norm> norms_;
+  RoleArena<P, B, role::weight> weights_;
+  RoleArena<P, B, role::norm> norms_;
   Buffer<float, B> buffers_;
 };
 

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "amp/backend/algorithm.hpp"
-#include "amp/nn/graph.hpp"
-#include "amp/nn/output.hpp"
-#include "amp/nn/parameters.hpp"
+#include "amp/model/graph.hpp"
+#include "amp/model/output.hpp"
+#include "amp/model/parameters.hpp"
 
 namespace amp::nn {
 
@@ -51,6 +51,10 @@ inline Input indices(Shape sample) { return {sample, true}; }
 struct ModelOptions {
   std::int64_t max_batch = 128;
   std::uint64_t seed = 0;
+  // Forwards of the largest batch that one iteration may hold before its
+  // backward (a GAN's discriminator on the real and the fake batch: 2). The
+  // activation memory is planned for this many.
+  int forwards_per_iteration = 1;
   std::vector<Input> inputs = {};  // empty: the net's default_inputs()
 };
 
@@ -106,12 +110,14 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   // Runs the net on a batch (leading dimension <= max_batch) and returns what
-  // it returns. Inputs are TensorViews or (2-D, rows = batch) Matrices.
+  // it returns. Inputs are TensorViews or (2-D, rows = batch) Matrices. The
+  // forward joins the iteration in progress until its backward (see Graph).
   template <class... X>
   auto forward(Context<B>& ctx, X... x) {
     AMP_REQUIRE(&ctx == ctx_, "Model::forward: a context other than the model's");
     AMP_REQUIRE(sizeof...(X) == options_.inputs.size(), "Model::forward: ", sizeof...(X), " inputs for a model of ",
                 options_.inputs.size());
+    check_inputs(std::index_sequence_for<X...>{}, detail::input_view(x)...);  // a refused forward changes nothing
     graph_.begin_forward();
     return forward_inputs(std::index_sequence_for<X...>{}, detail::input_view(x)...);
   }
@@ -132,6 +138,8 @@ class Model {
  private:
   static ModelOptions check(ModelOptions o) {
     AMP_REQUIRE(o.max_batch > 0, "Model: max_batch must be positive, got ", o.max_batch);
+    AMP_REQUIRE(o.forwards_per_iteration >= 1 && o.forwards_per_iteration <= 64,
+                "Model: forwards_per_iteration must be in [1, 64], got ", o.forwards_per_iteration);
     return o;
   }
 
@@ -150,9 +158,12 @@ class Model {
     return std::apply([&](auto... v) { return std::make_tuple(wrap(v)...); }, vs);
   }
 
-  // The input copied into the graph: values as activation_type, indices as int32.
+  template <std::size_t... I, class... In>
+  void check_inputs(std::index_sequence<I...>, TensorView<const In>... x) const {
+    (check_input<I>(x), ...);
+  }
   template <std::size_t I, class In>
-  auto input(TensorView<const In> x) {
+  void check_input(TensorView<const In> x) const {
     const Input& spec = options_.inputs[I];
     const std::int64_t batch = x.shape.rank() ? x.shape[0] : 0;
     AMP_REQUIRE(batch >= 1 && batch <= options_.max_batch && x.shape.sample() == spec.sample, "Model::forward: input ",
@@ -160,28 +171,40 @@ class Model {
                 " with batch in 1..", options_.max_batch);
     if constexpr (std::is_same_v<In, std::int32_t>) {
       AMP_REQUIRE(spec.indices, "Model::forward: input ", I, " holds int32 indices, but the model takes values there");
+    } else {
+      static_assert(Scalar<In>, "Model::forward: inputs are fp32/fp16/bf16 values or int32 indices");
+      AMP_REQUIRE(!spec.indices, "Model::forward: input ", I, " must hold int32 indices");
+    }
+  }
+
+  // The input copied into the graph: values as activation_type, indices as int32.
+  template <std::size_t I, class In>
+  auto input(TensorView<const In> x) {
+    if constexpr (std::is_same_v<In, std::int32_t>) {
       Var<std::int32_t> v = graph_.template tensor<std::int32_t>(x.shape, false);
       ctx_->copy(v.data, x.data, v.size() * sizeof(std::int32_t));
       return v;
     } else {
-      static_assert(Scalar<In>, "Model::forward: inputs are fp32/fp16/bf16 values or int32 indices");
-      AMP_REQUIRE(!spec.indices, "Model::forward: input ", I, " must hold int32 indices");
       Var<T> v = graph_.template tensor<T>(x.shape, false);
       convert(*ctx_, Span<const In>(x.data, v.size()), v.span());
       return v;
     }
   }
 
-  // The planning pass: forward and backward at the largest batch on zeros, so
-  // that the graph's arena and every workspace are sized now, not in the loop.
+  // The planning pass: forwards_per_iteration forwards and one backward at
+  // the largest batch on zeros, so that the graph's arena and every workspace
+  // are sized now, not in the loop.
   void plan() {
-    graph_.begin_planning();
-    auto out = plan_forward();
-    detail::each_output(out, [&](auto& v) {
-      using U = std::remove_pointer_t<decltype(v.data)>;
-      if (auto g = graph_.grad_out(v)) fill(*ctx_, Span<U>(g.data, v.size()), cast<U>(0.0f));
-      reserve_reduction<LossValue>(*ctx_, v.size());  // what a loss over this output reduces
-    });
+    graph_.begin_planning(options_.forwards_per_iteration);
+    for (int k = 0; k < options_.forwards_per_iteration; ++k) {
+      graph_.begin_forward();
+      auto out = plan_forward();
+      detail::each_output(out, [&](auto& v) {
+        using U = std::remove_pointer_t<decltype(v.data)>;
+        if (auto g = graph_.grad_out(v)) fill(*ctx_, Span<U>(g.data, v.size()), cast<U>(0.0f));
+        reserve_reduction<LossValue>(*ctx_, v.size());  // what a loss over this output reduces
+      });
+    }
     graph_.backward();
     graph_.end_planning();
   }

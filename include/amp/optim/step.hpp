@@ -1,0 +1,117 @@
+#pragma once
+// The per-element math of an optimizer step, for the host and the device: a
+// one-thread prologue that turns the iteration's verdict and statistics into
+// this step's values (skip, gradient coefficient, bias corrections), and the
+// fused pass that, per element, scales the gradient by that coefficient,
+// updates the fp32 value (the master copy where the role has one) and writes
+// the stored value. A skipped step leaves every bit as it was.
+#include <cmath>
+#include <cstdint>
+
+#include "amp/core/numeric.hpp"
+#include "amp/scaling/grad_stats.hpp"
+
+namespace amp::optim {
+
+inline constexpr int max_groups = 8;
+
+// Step count and bias-correction products, advanced on the device by good steps only.
+struct OptimizerState {
+  long long t = 0;
+  float beta1_pow = 1.0f;
+  float beta2_pow = 1.0f;
+};
+
+// This step's values, from the prologue: skip, the gradient coefficient
+// (unscale x clip x 1/accumulation) and the bias-correction products after it.
+struct StepValues {
+  int skip = 0;
+  float coef = 1.0f;
+  long long t = 0;  // this step's number, from 1
+  float beta1_pow = 1.0f, beta2_pow = 1.0f;
+};
+
+// Per-group hyper-parameters, by value into the pass.
+struct GroupValues {
+  float lr[max_groups] = {};
+  float wd[max_groups] = {};
+};
+
+namespace detail {
+// The prologue: one function for the host and the device.
+template <class Rule>
+AMP_HOST_DEVICE inline StepValues prepare_step(const Rule& rule, const OptimizerState& st, const GradStats& stats,
+                                               const float* scale, int found_inf, float max_norm,
+                                               float inv_accumulation) {
+  StepValues v;
+  v.skip = found_inf || overflowed(stats) ? 1 : 0;
+  const float unscale = (scale ? 1.0f / *scale : 1.0f) * inv_accumulation;
+  v.coef = unscale;
+  if (max_norm > 0.0f) {
+    const float norm = static_cast<float>(sqrt(stats.sumsq)) * unscale;
+    if (norm > max_norm) v.coef *= max_norm / (norm + 1e-6f);
+  }
+  v.t = st.t + 1;
+  v.beta1_pow = st.beta1_pow * rule.beta1_or_one();
+  v.beta2_pow = st.beta2_pow * rule.beta2_or_one();
+  return v;
+}
+
+template <class Rule>
+struct PrepareStepOp {
+  Rule rule;
+  const OptimizerState* state;
+  const GradStats* stats;
+  const float* scale;
+  const int* found_inf;
+  float max_norm, inv_accumulation;
+  StepValues* out;
+  AMP_HOST_DEVICE void operator()(std::size_t) const {
+    *out = prepare_step(rule, *state, *stats, scale, found_inf ? *found_inf : 0, max_norm, inv_accumulation);
+  }
+};
+
+struct AdvanceStateOp {
+  OptimizerState* state;
+  const StepValues* values;
+  AMP_HOST_DEVICE void operator()(std::size_t) const {
+    if (values->skip) return;
+    state->t = values->t;
+    state->beta1_pow = values->beta1_pow;
+    state->beta2_pow = values->beta2_pow;
+  }
+};
+
+AMP_HOST_DEVICE inline const StepValues& step_values(const StepValues* p) { return *p; }
+AMP_HOST_DEVICE inline const StepValues& step_values(const StepValues& v) { return v; }
+
+// The pass. Master weights, state buffers, groups and where the step's values
+// come from (device pointer or host value) are compile-time facts, so the
+// per-element body has no pointer tests.
+template <class Param, class Grad, class Rule, bool Master, bool Grouped, class Values>
+struct FusedStepOp {
+  Param* w;
+  float* master;  // unused without master weights: the fp32 weights hold the value
+  const Grad* g;
+  float* s1;
+  float* s2;
+  const std::uint8_t* group;
+  Rule rule;
+  GroupValues hp;
+  Values values;
+
+  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+    const StepValues& v = step_values(values);
+    if (v.skip) return;
+    const int k = Grouped ? group[i] : 0;
+    const float grad = cast<float>(g[i]) * v.coef;
+    float x = Master ? master[i] : cast<float>(w[i]);
+    x = rule.update(x, grad, Rule::state_buffers > 0 ? s1 + i : nullptr, Rule::state_buffers > 1 ? s2 + i : nullptr,
+                    v, hp.lr[k], hp.wd[k]);
+    if constexpr (Master) master[i] = x;
+    w[i] = cast<Param>(x);
+  }
+};
+
+}  // namespace detail
+}  // namespace amp::optim
