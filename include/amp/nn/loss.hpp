@@ -140,23 +140,47 @@ AMP_HOST_DEVICE inline float seed_factor(const float* scale, float weight) {
   else return weight;
 }
 
-// ---- mean squared error ------------------------------------------------------
-template <class C, class T, class Y>
-struct MseValueOp {
+// ---- element-wise losses: a rule per loss, one pair of functors for all ------------
+// A rule gives an element's share of the loss and its derivative in the
+// prediction p for the target t (C rounds, compute_type<loss>), and says which
+// targets are valid.
+struct MseRule {
+  template <class C>
+  AMP_HOST_DEVICE static float value(float p, float t) {
+    const float d = round_to<C>(p - t);
+    return round_to<C>(d * d);
+  }
+  template <class C>
+  AMP_HOST_DEVICE static float grad(float p, float t) { return 2.0f * round_to<C>(p - t); }
+  AMP_HOST_DEVICE static bool valid(float t) { return is_finite(t); }
+};
+
+// Binary cross-entropy on logits: max(x, 0) - x t + log(1 + exp(-|x|)), no overflow for any x.
+struct BceRule {
+  template <class C>
+  AMP_HOST_DEVICE static float value(float x, float t) {
+    return round_to<C>((x > 0.0f ? x : 0.0f) - x * t + log1pf(expf(-fabsf(x))));
+  }
+  template <class C>
+  AMP_HOST_DEVICE static float grad(float x, float t) { return round_to<C>(1.0f / (1.0f + expf(-x))) - t; }
+  AMP_HOST_DEVICE static bool valid(float t) { return t >= 0.0f && t <= 1.0f; }
+};
+
+template <class Rule, class C, class T, class Y>
+struct ElementwiseValueOp {
   const T* p;
   const Y* y;
   float inv_count;
   std::int64_t cols;
   AMP_HOST_DEVICE LossValue operator()(std::size_t i) const {
     const float t = cast<float>(y[i]);
-    const float d = round_to<C>(cast<float>(p[i]) - t);
-    const int bad = is_finite(t) ? -1 : static_cast<int>(static_cast<std::int64_t>(i) / cols);
-    return {round_to<C>(d * d) * inv_count, bad};
+    const int bad = Rule::valid(t) ? -1 : static_cast<int>(static_cast<std::int64_t>(i) / cols);
+    return {Rule::template value<C>(cast<float>(p[i]), t) * inv_count, bad};
   }
 };
 
-template <bool Scaled, class C, class T, class Y>
-struct MseGradOp {
+template <bool Scaled, class Rule, class C, class T, class Y>
+struct ElementwiseGradOp {
   const T* p;
   const Y* y;
   T* g;
@@ -164,13 +188,22 @@ struct MseGradOp {
   float weight, inv_count;
   bool accumulate;
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    const float d = round_to<C>(cast<float>(p[i]) - cast<float>(y[i]));
-    store_grad(g, i, 2.0f * d * inv_count * seed_factor<Scaled>(scale, weight), accumulate);
+    const float d = Rule::template grad<C>(cast<float>(p[i]), cast<float>(y[i]));
+    store_grad(g, i, d * inv_count * seed_factor<Scaled>(scale, weight), accumulate);
   }
 };
 
 // ---- softmax cross-entropy (fused log-softmax + NLL), one row per call ----------
 // S rounds the softmax's terms (compute_type<softmax>), C the loss (compute_type<loss>).
+// A row's max and its softmax denominator, sum exp(x - max).
+template <class S, class T>
+AMP_HOST_DEVICE inline void softmax_denominator(const T* row, std::int64_t n, float& max, float& sum) {
+  max = cast<float>(row[0]);
+  for (std::int64_t c = 1; c < n; ++c) max = fmaxf(max, cast<float>(row[c]));
+  sum = 0.0f;
+  for (std::int64_t c = 0; c < n; ++c) sum += round_to<S>(expf(cast<float>(row[c]) - max));
+}
+
 template <class S, class C, class T>
 struct CrossEntropyValueOp {
   const T* x;
@@ -181,10 +214,8 @@ struct CrossEntropyValueOp {
     const std::int32_t label = labels[r];
     if (label < 0 || label >= classes) return {0.0f, static_cast<int>(r)};
     const T* row = x + static_cast<std::int64_t>(r) * classes;
-    float m = cast<float>(row[0]);
-    for (std::int64_t c = 1; c < classes; ++c) m = fmaxf(m, cast<float>(row[c]));
-    float sum = 0.0f;
-    for (std::int64_t c = 0; c < classes; ++c) sum += round_to<S>(expf(cast<float>(row[c]) - m));
+    float m, sum;
+    softmax_denominator<S>(row, classes, m, sum);
     const float nll = round_to<C>(m + logf(sum) - cast<float>(row[label]));
     return {nll * inv_rows, -1};
   }
@@ -206,46 +237,13 @@ struct CrossEntropyGradOp {
       for (std::int64_t c = 0; c < classes; ++c) g[base + c] = cast<T>(amp::detail::bits_float(0x7fc00000u));
       return;
     }
-    float m = cast<float>(x[base]);
-    for (std::int64_t c = 1; c < classes; ++c) m = fmaxf(m, cast<float>(x[base + c]));
-    float sum = 0.0f;
-    for (std::int64_t c = 0; c < classes; ++c) sum += round_to<S>(expf(cast<float>(x[base + c]) - m));
+    float m, sum;
+    softmax_denominator<S>(x + base, classes, m, sum);
     const float k = inv_rows * seed_factor<Scaled>(scale, weight);
     for (std::int64_t c = 0; c < classes; ++c) {
       const float p = round_to<S>(expf(cast<float>(x[base + c]) - m) / sum);
       store_grad(g, static_cast<std::size_t>(base + c), (p - (c == label ? 1.0f : 0.0f)) * k, accumulate);
     }
-  }
-};
-
-// ---- binary cross-entropy on logits --------------------------------------------
-// max(x, 0) - x t + log(1 + exp(-|x|)): no overflow for any x.
-template <class C, class T, class Y>
-struct BceValueOp {
-  const T* x;
-  const Y* y;
-  float inv_count;
-  std::int64_t cols;
-  AMP_HOST_DEVICE LossValue operator()(std::size_t i) const {
-    const float v = cast<float>(x[i]);
-    const float t = cast<float>(y[i]);
-    const int bad = (t >= 0.0f && t <= 1.0f) ? -1 : static_cast<int>(static_cast<std::int64_t>(i) / cols);
-    const float l = (v > 0.0f ? v : 0.0f) - v * t + log1pf(expf(-fabsf(v)));
-    return {round_to<C>(l) * inv_count, bad};
-  }
-};
-
-template <bool Scaled, class C, class T, class Y>
-struct BceGradOp {
-  const T* x;
-  const Y* y;
-  T* g;
-  const float* scale;
-  float weight, inv_count;
-  bool accumulate;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    const float s = round_to<C>(1.0f / (1.0f + expf(-cast<float>(x[i]))));
-    store_grad(g, i, (s - cast<float>(y[i])) * inv_count * seed_factor<Scaled>(scale, weight), accumulate);
   }
 };
 
@@ -255,10 +253,8 @@ void check_same_shape(const Output<P, B>& pred, std::int64_t rows, std::int64_t 
               "] and target [", rows, "x", cols, "] differ in shape");
 }
 
-// A loss that is a mean over elements: Value maps an element to its share of
-// the loss, Grad adds weight * scale * dL/dpred; both see (pred, target) only.
-template <template <class, class, class> class Value, template <bool, class, class, class> class Grad, Policy P,
-          Backend B, Scalar Y>
+// A loss that is a mean over elements, by its Rule.
+template <class Rule, Policy P, Backend B, Scalar Y>
 Loss<P, B> elementwise_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> target, const char* name) {
   using T = typename P::activation_type;
   using C = typename P::template compute_type<op::loss>;
@@ -268,15 +264,16 @@ Loss<P, B> elementwise_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<co
   AMP_REQUIRE(target.contiguous(), name, ": the target must be contiguous");
   const auto n = static_cast<std::size_t>(target.size());
   LossValue* slot = pred.graph->loss_slot();
-  transform_reduce(ctx, n, Value<C, T, Y>{pred.var.data, target.data, 1.0f / static_cast<float>(n), target.cols},
+  transform_reduce(ctx, n, ElementwiseValueOp<Rule, C, T, Y>{pred.var.data, target.data, 1.0f / static_cast<float>(n), target.cols},
                    CombineLoss{}, LossValue{}, slot);
   auto seed = [](const Loss<P, B>& l, const float* scale, float weight, GradOut<T> g) {
     const auto count = l.prediction().var.size();
     const float inv = 1.0f / static_cast<float>(count);
     const T* p = l.prediction().var.data;
     auto& c = l.graph().context();
-    if (scale) for_each(c, count, Grad<true, C, T, Y>{p, l.template target<Y>(), g.data, scale, weight, inv, g.accumulate});
-    else for_each(c, count, Grad<false, C, T, Y>{p, l.template target<Y>(), g.data, scale, weight, inv, g.accumulate});
+    const Y* y = l.template target<Y>();
+    if (scale) for_each(c, count, ElementwiseGradOp<true, Rule, C, T, Y>{p, y, g.data, scale, weight, inv, g.accumulate});
+    else for_each(c, count, ElementwiseGradOp<false, Rule, C, T, Y>{p, y, g.data, scale, weight, inv, g.accumulate});
   };
   return Loss<P, B>(pred, target.data, 0, slot, seed, name);
 }
@@ -284,7 +281,7 @@ Loss<P, B> elementwise_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<co
 
 template <Policy P, Backend B, Scalar Y>
 Loss<P, B> mse_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> target) {
-  return detail::elementwise_loss<detail::MseValueOp, detail::MseGradOp>(ctx, pred, target, "mse_loss");
+  return detail::elementwise_loss<detail::MseRule>(ctx, pred, target, "mse_loss");
 }
 template <Policy P, Backend B, Scalar Y>
 Loss<P, B> mse_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<Y> target) {
@@ -329,7 +326,7 @@ Loss<P, B> cross_entropy(Context<B>& ctx, const Output<P, B>& pred, Span<const s
 // Binary cross-entropy on logits, targets in [0, 1], mean over all elements.
 template <Policy P, Backend B, Scalar Y>
 Loss<P, B> bce_with_logits(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> target) {
-  return detail::elementwise_loss<detail::BceValueOp, detail::BceGradOp>(ctx, pred, target, "bce_with_logits");
+  return detail::elementwise_loss<detail::BceRule>(ctx, pred, target, "bce_with_logits");
 }
 template <Policy P, Backend B, Scalar Y>
 Loss<P, B> bce_with_logits(Context<B>& ctx, const Output<P, B>& pred, Matrix<Y> target) {

@@ -1,0 +1,234 @@
+#pragma once
+// The per-element math of the normalisation layers (nn/norm.hpp), for both
+// backends: statistics accumulated in fp32 (two passes: the mean, then the
+// squared deviations), per column (BatchNorm: a channel over every other
+// position) or per row (LayerNorm), the normalised value rounded through
+// compute_type<norm>, and the backward's sums and input gradients.
+#include <cmath>
+#include <cstdint>
+
+#include "amp/nn/ops.hpp"
+
+namespace amp::nn {
+
+namespace detail {
+// Per-channel (column) statistics of x: mean, then variance from the deviations.
+template <class T>
+struct ValueAt {
+  const T* x;
+  std::int64_t cols;
+  AMP_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const { return cast<float>(x[r * cols + c]); }
+};
+template <class T>
+struct SquaredDeviationAt {
+  const T* x;
+  const float* mean;
+  std::int64_t cols;
+  AMP_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const {
+    const float d = cast<float>(x[r * cols + c]) - mean[c];
+    return d * d;
+  }
+};
+// dy and dy * xhat, summed per column for the backward.
+template <class T>
+struct GradAt {
+  const T* dy;
+  std::int64_t cols;
+  AMP_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const { return cast<float>(dy[r * cols + c]); }
+};
+template <class T, bool PerRow>
+struct GradXhatAt {
+  const T* dy;
+  const T* x;
+  const float* mean;     // per row (LayerNorm) or per column (BatchNorm)
+  const float* inv_std;
+  std::int64_t cols;
+  AMP_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const {
+    const std::int64_t s = PerRow ? r : c;
+    return cast<float>(dy[r * cols + c]) * (cast<float>(x[r * cols + c]) - mean[s]) * inv_std[s];
+  }
+};
+
+// The rows behind the statistics: this rank's, or (SyncBatchNorm) a count summed over the ranks.
+struct RowCount {
+  float local;
+  const float* summed;  // nullptr: local
+  AMP_HOST_DEVICE float operator()() const { return summed ? *summed : local; }
+};
+
+// From column sums to mean and 1/std (training), and the running statistics.
+struct BatchStatsOp {
+  float* mean;       // in: sum of x; out: mean
+  float* var_sum;    // in: sum of squared deviations
+  float* inv_std;
+  float* running_mean;  // nullptr: leave them (planning, evaluation)
+  float* running_var;
+  float* batches;       // PyTorch's num_batches_tracked
+  RowCount count;
+  float eps, momentum;
+  AMP_HOST_DEVICE void operator()(std::size_t c) const {
+    const float rows = count();
+    const float var = var_sum[c] / rows;
+    inv_std[c] = 1.0f / sqrtf(var + eps);
+    if (running_mean) {
+      if (c == 0) *batches += 1.0f;
+      running_mean[c] = (1.0f - momentum) * running_mean[c] + momentum * mean[c];
+      const float unbiased = rows > 1.0f ? var * rows / (rows - 1.0f) : var;
+      running_var[c] = (1.0f - momentum) * running_var[c] + momentum * unbiased;
+    }
+  }
+};
+struct MeanOp {
+  float* sum;
+  RowCount count;
+  AMP_HOST_DEVICE void operator()(std::size_t c) const { sum[c] /= count(); }
+};
+struct SetOp {
+  float* at;
+  float value;
+  AMP_HOST_DEVICE void operator()(std::size_t) const { *at = value; }
+};
+struct RunningStatsOp {
+  const float* running_mean;
+  const float* running_var;
+  float* mean;
+  float* inv_std;
+  float eps;
+  AMP_HOST_DEVICE void operator()(std::size_t c) const {
+    mean[c] = running_mean[c];
+    inv_std[c] = 1.0f / sqrtf(running_var[c] + eps);
+  }
+};
+
+// Row r: y = round_C((x - mean) inv_std) * gamma + beta, statistics per
+// row (LayerNorm) or per column (BatchNorm).
+template <class C, class T, class N, bool PerRow>
+struct NormalizeOp {
+  const T* x;
+  T* y;
+  const float* mean;
+  const float* inv_std;
+  const N* gamma;  // nullptr: no affine
+  const N* beta;
+  std::int64_t cols;
+  AMP_HOST_DEVICE void operator()(std::size_t r) const {
+    const std::int64_t row = static_cast<std::int64_t>(r), width = cols;
+    const T* in = x + row * width;
+    T* out = y + row * width;
+    with_flag(gamma != nullptr, [&](auto affine) {
+      for (std::int64_t c = 0; c < width; ++c) {
+        const std::int64_t s = PerRow ? row : c;
+        float v = round_to<C>((cast<float>(in[c]) - mean[s]) * inv_std[s]);
+        if constexpr (affine) v = v * cast<float>(gamma[c]) + cast<float>(beta[c]);
+        out[c] = cast<T>(round_to<C>(v));
+      }
+    });
+  }
+};
+
+// BatchNorm's input gradient in training: gamma inv_std / M (M dy - sum dy - xhat sum(dy xhat)).
+template <class C, class T, class N>
+struct BatchNormGradOp {
+  const T* x;
+  const T* dy;
+  T* dx;
+  const float* mean;
+  const float* inv_std;
+  const float* sum_dy;
+  const float* sum_dy_xhat;
+  const N* gamma;
+  std::int64_t cols;
+  RowCount count;
+  bool training, accumulate;
+  AMP_HOST_DEVICE void operator()(std::size_t r) const {  // row r, every channel
+    const float rows = count();
+    const std::int64_t width = cols;
+    const auto base = static_cast<std::size_t>(static_cast<std::int64_t>(r) * width);
+    with_flag(gamma != nullptr, [&](auto affine) {
+      with_flag(training, [&](auto train) {
+        with_flag(accumulate, [&](auto add) {
+          for (std::int64_t c = 0; c < width; ++c) {
+            const std::size_t i = base + static_cast<std::size_t>(c);
+            float scale = inv_std[c];
+            if constexpr (affine) scale *= cast<float>(gamma[c]);
+            const float g = cast<float>(dy[i]);
+            float v = scale * g;
+            if constexpr (train) {
+              const float xhat = (cast<float>(x[i]) - mean[c]) * inv_std[c];
+              v = scale * (g - (sum_dy[c] + xhat * sum_dy_xhat[c]) / rows);
+            }
+            store_grad(dx, i, round_to<C>(v), add);
+          }
+        });
+      });
+    });
+  }
+};
+
+// gamma (+)= sum dy xhat, beta (+)= sum dy: parameter gradients always accumulate.
+template <class N>
+struct AffineGradOp {
+  const float* sum_dy;
+  const float* sum_dy_xhat;
+  N* dgamma;
+  N* dbeta;
+  AMP_HOST_DEVICE void operator()(std::size_t c) const {
+    dgamma[c] = cast<N>(cast<float>(dgamma[c]) + sum_dy_xhat[c]);
+    dbeta[c] = cast<N>(cast<float>(dbeta[c]) + sum_dy[c]);
+  }
+};
+
+// LayerNorm's statistics of row r: mean and 1/std over its cols values.
+template <class T>
+struct RowStatsOp {
+  const T* x;
+  float* mean;
+  float* inv_std;
+  std::int64_t cols;
+  float eps;
+  AMP_HOST_DEVICE void operator()(std::size_t r) const {
+    const T* row = x + static_cast<std::int64_t>(r) * cols;
+    float sum = 0.0f;
+    for (std::int64_t c = 0; c < cols; ++c) sum += cast<float>(row[c]);
+    const float m = sum / static_cast<float>(cols);
+    float sq = 0.0f;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const float d = cast<float>(row[c]) - m;
+      sq += d * d;
+    }
+    mean[r] = m;
+    inv_std[r] = 1.0f / sqrtf(sq / static_cast<float>(cols) + eps);
+  }
+};
+
+// LayerNorm's input gradient of row r: inv_std / D (D dy g - sum(dy g) - xhat sum(dy g xhat)).
+template <class C, class T, class N>
+struct LayerNormGradOp {
+  const T* x;
+  const T* dy;
+  T* dx;
+  const float* mean;
+  const float* inv_std;
+  const N* gamma;
+  std::int64_t cols;
+  bool accumulate;
+  AMP_HOST_DEVICE void operator()(std::size_t r) const {
+    const std::int64_t base = static_cast<std::int64_t>(r) * cols;
+    float a = 0.0f, b = 0.0f;
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const float g = cast<float>(dy[base + c]) * (gamma ? cast<float>(gamma[c]) : 1.0f);
+      const float xhat = (cast<float>(x[base + c]) - mean[r]) * inv_std[r];
+      a += g;
+      b += g * xhat;
+    }
+    const float d = static_cast<float>(cols);
+    for (std::int64_t c = 0; c < cols; ++c) {
+      const float g = cast<float>(dy[base + c]) * (gamma ? cast<float>(gamma[c]) : 1.0f);
+      const float xhat = (cast<float>(x[base + c]) - mean[r]) * inv_std[r];
+      store_grad(dx, static_cast<std::size_t>(base + c), round_to<C>(inv_std[r] * (g - (a + xhat * b) / d)), accumulate);
+    }
+  }
+};
+}  // namespace detail
+
+}  // namespace amp::nn
