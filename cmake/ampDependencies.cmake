@@ -39,8 +39,9 @@ macro(amp_find_dependencies components)
   endif()
   if("parallel" IN_LIST _amp_components)
     _amp_find(MPI COMPONENTS CXX)
-    # NCCL ships with the CUDA toolkit kind amp targets; the GPU half of amp::parallel.
-    if("cuda" IN_LIST _amp_components AND NOT TARGET amp::nccl)
+    # NCCL ships with the CUDA toolkit kind amp targets; the GPU half of amp::parallel,
+    # which an installed amp::parallel built with CUDA links even for a CPU-only consumer.
+    if(("cuda" IN_LIST _amp_components OR AMP_PARALLEL_WITH_NCCL) AND NOT TARGET amp::nccl)
       find_library(AMP_NCCL_LIBRARY NAMES nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
       find_path(AMP_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
       if(NOT AMP_NCCL_LIBRARY OR NOT AMP_NCCL_INCLUDE_DIR)

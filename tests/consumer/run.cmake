@@ -42,7 +42,7 @@ if(MODE STREQUAL "install")
     list(APPEND sets "host parallel")
   endif()
   foreach(set IN LISTS sets)
-    string(REPLACE " " ";" want "${set}")
+    string(REPLACE " " "," want "${set}")  # a comma list: run() would split a ;-list into arguments
     string(REPLACE " " "-" dir "${set}")
     set(arch)
     if(CUDA)
