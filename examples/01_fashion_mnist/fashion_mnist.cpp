@@ -363,10 +363,12 @@ LevelResult run_rank(amp::Context<B>& ctx, const amp::data::LabelledImages& tr, 
     if constexpr (std::is_same_v<B, amp::host>) {
       return run_level<P>(ctx, tr, te, s, &*dist.comm);
     } else {
+#if defined(__CUDACC__)  // NCCL exists only under nvcc; a host-only build has no other backend
       amp::parallel::NcclCommunicator nccl(*dist.comm, ctx);
       LevelResult r = run_level<P>(ctx, tr, te, s, &nccl);
       nccl.synchronize();
       return r;
+#endif
     }
   }
 #endif
