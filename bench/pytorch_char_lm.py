@@ -134,7 +134,8 @@ def main(folder, steps, device, modes):
                 x, y = (t.to(device) for t in windows(val, starts))
                 total += nn.functional.cross_entropy(model(x).float().view(-1, vocab), y.reshape(-1)).item()
         print(json.dumps({"mode": mode, "device": device, "steps": steps, "tokens_per_second":
-                          steps * BATCH * CONTEXT / seconds, "val_loss": total / EVAL_BATCHES}), flush=True)
+                          steps * BATCH * CONTEXT / seconds, "step_ms": 1e3 * seconds / steps,
+                          "val_loss": total / EVAL_BATCHES}), flush=True)
 
 
 if __name__ == "__main__":

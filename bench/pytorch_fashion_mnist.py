@@ -83,6 +83,7 @@ def main(data_dir, epochs, device, kind, seed=1, only="all", schedule="constant"
                       for i in range(0, len(xte), 1000)) / len(xte)
         print(json.dumps({"mode": mode, "device": device, "model": kind, "seed": seed, "schedule": schedule,
                           "epoch_seconds": statistics.median(times),
+                          "step_ms": 1e3 * statistics.median(times) / ((len(xtr) + 127) // 128),
                           "test_accuracy": acc, "train_images": len(xtr)}), flush=True)
 
 

@@ -1,37 +1,62 @@
 #!/usr/bin/env bash
-# The GPU check, as one command on a GPU machine that has the CUDA toolkit,
-# CMake, ninja and Python with PyTorch, but no Debian packages and no network:
+# The GPU check in one call. The binaries are built here, for sm_90, and
+# carried; the GPU machine (CUDA toolkit and PyTorch, no Debian packages, no
+# network) only runs them:
 #
-#   scripts/gpu-check.sh prepare    here (development machine): put what that machine
-#                                   lacks into .gpu-carry/ (git-ignored; it travels
-#                                   with the tree) and check it fits the budget
-#   scripts/gpu-check.sh            there: build for sm_90 with all cores, run every
-#                                   test (none may skip), compute-sanitizer over the
-#                                   CUDA tests, the GPU benchmarks and PyTorch's AMP
-#                                   on the same recipe; one summary at the end
-#   scripts/gpu-check.sh --dry-run  here (and in CI): prepare, configure and build for
-#                                   sm_90 from the carried files only, and list what
-#                                   would run
+#   scripts/gpu-check.sh prepare    here: build what the check runs (if not built),
+#                                   and put into .gpu-carry/ (git-ignored) the
+#                                   stripped binaries, every library they load that
+#                                   the GPU machine may lack, and the data; check it
+#                                   fits the budget (48 MiB)
+#   scripts/gpu-check.sh            there (the device tool: carry .gpu-carry): the CUDA
+#                                   tests (none may skip), each program eager and as a
+#                                   captured CUDA graph, PyTorch's AMP on the same
+#                                   recipes, compute-sanitizer; one summary
+#   scripts/gpu-check.sh --dry-run  here and in CI: prepare, then start every carried
+#                                   binary (--help, --list-test-cases) with the carried
+#                                   libraries only, and run the summary on what that left
 #
-# Each stage has its own time limit, so a hang cannot eat the machine's call.
+# On the GPU machine one deadline (GPU_CHECK_SECONDS, default 450) bounds the
+# whole run: each stage gets what is left of it, so even when every stage hits
+# its limit the call ends in time, and the summary is written into $OUT from
+# whatever ran: summary.txt, results.json, logs.tar.gz.
 set -uo pipefail
 source "$(dirname "$0")/env.sh"
 carry="$AMP_ROOT/.gpu-carry"
 budget_mib=48
-build="$AMP_ROOT/build-gpu"
-out=${OUT:-$AMP_ROOT/out/gpu-check}
 mode=${1:-run}
+tests=(amp_cuda_backend_tests amp_cuda_training_tests amp_cuda_capture_tests)
+programs=(seed_linear fashion_mnist char_lm)
+
+# --- here: the carry ------------------------------------------------------------
+# Libraries the GPU machine has: the C/C++ runtime and the CUDA toolkit's big
+# ones (cuBLAS, NCCL: hundreds of MiB); everything else a binary loads is carried.
+system_lib='^(linux-vdso|ld-linux|libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt)\.so'
+toolkit_lib='^(libcublas|libcublasLt|libnccl)\.so'
 
 prepare() {
-  "$AMP_ROOT/scripts/setup.sh" >/dev/null || return 1
-  rm -rf "$carry" && mkdir -p "$carry/include" "$carry/lib" "$carry/data"
-  cp -r /usr/include/doctest "$carry/include/"                      # header-only test framework
-  cp /usr/include/zlib.h /usr/include/zconf.h "$carry/include/"    # amp::data's headers
-  cp -L /usr/lib/x86_64-linux-gnu/libz.so.1 "$carry/lib/"
-  ln -sf libz.so.1 "$carry/lib/libz.so"
-  # oneDNN (amp::host) and the OpenCL loader it links, xz-compressed: 40 MB -> a few.
-  xz -9 -T0 -c "$(readlink -f /usr/lib/x86_64-linux-gnu/libdnnl.so.2)" >"$carry/lib/libdnnl.so.2.xz"
-  cp -L /usr/lib/x86_64-linux-gnu/libOpenCL.so.1 "$carry/lib/"
+  local start=$SECONDS
+  if [ ! -f "$AMP_BUILD/CMakeCache.txt" ]; then
+    "$AMP_ROOT/scripts/setup.sh" >/dev/null || return 1
+    cmake -S "$AMP_ROOT" -B "$AMP_BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null || return 1
+  fi
+  grep -q '^CMAKE_CUDA_ARCHITECTURES:STRING=.*90' "$AMP_BUILD/CMakeCache.txt" ||
+    { echo "gpu-check: $AMP_BUILD is not built for sm_90 (CMAKE_CUDA_ARCHITECTURES)" >&2; return 1; }
+  cmake --build "$AMP_BUILD" -j "$AMP_JOBS" --target "${tests[@]}" "${programs[@]}" >/dev/null ||
+    { echo "gpu-check: building the carried targets failed" >&2; return 1; }
+  rm -rf "$carry" && mkdir -p "$carry/bin" "$carry/lib" "$carry/data/fortunes"
+  local binaries=()
+  for t in "${tests[@]}"; do binaries+=("$AMP_BUILD/tests/$t"); done
+  for p in "${programs[@]}"; do binaries+=("$AMP_BUILD/examples/$p"); done
+  local libs
+  libs=$(for b in "${binaries[@]}"; do ldd "$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u)
+  while read -r name path; do
+    [[ "$name" =~ $system_lib || "$name" =~ $toolkit_lib ]] && continue
+    cp -L "$path" "$carry/lib/$name"
+  done <<<"$libs"
+  for b in "${binaries[@]}"; do strip -o "$carry/bin/$(basename "$b")" "$b"; done
+  # Big files travel xz-compressed (the GPU machine unpacks them with Python's lzma).
+  find "$carry/bin" "$carry/lib" -type f -size +1M -exec xz -9 -T0 {} \;
   # Fashion-MNIST, reduced: the whole test set and the first 10000 training images.
   /usr/bin/python3 - /usr/share/datasets/fashion-mnist "$carry/data" <<'PY' || return 1
 import gzip, shutil, sys
@@ -46,12 +71,10 @@ for name, item in (("train-images-idx3-ubyte", 784), ("train-labels-idx1-ubyte",
     with gzip.open(f"{dst}/{name}.gz", "wb") as f:
         f.write(bytes(head) + raw[header:header + 10000 * item])
 PY
-  # The fortunes text for char_lm (a few MiB of files without an extension).
-  mkdir -p "$carry/data/fortunes"
   find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.*' -exec cp {} "$carry/data/fortunes/" \;
   local kib
   kib=$(du -sk "$carry" | cut -f1)
-  echo "gpu-check: carry $(( kib / 1024 )) MiB of $budget_mib MiB ($carry)"
+  echo "gpu-check: carry $(( kib / 1024 )).$(( kib % 1024 * 10 / 1024 )) MiB of $budget_mib MiB, made in $(( SECONDS - start )) s:"
   du -sh "$carry"/* | sed 's/^/  /'
   if (( kib > budget_mib * 1024 )); then
     echo "gpu-check: the carry is over its budget of $budget_mib MiB" >&2
@@ -59,47 +82,38 @@ PY
   fi
 }
 
-# oneDNN unpacked beside its archive (the GPU machine has Python, not always xz).
+# --- both: unpacking and the library path -------------------------------------------
 unpack() {
-  [ -f "$carry/lib/libdnnl.so.2" ] && return 0
-  python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
-    "$carry/lib/libdnnl.so.2.xz" "$carry/lib/libdnnl.so.2" && ln -sf libdnnl.so.2 "$carry/lib/libdnnl.so"
+  python3 - "$carry" <<'PY' || return 1
+import lzma, os, shutil, sys
+for folder in ("bin", "lib"):
+    root = os.path.join(sys.argv[1], folder)
+    for name in os.listdir(root):
+        if name.endswith(".xz"):
+            target = os.path.join(root, name[:-3])
+            with lzma.open(os.path.join(root, name)) as f, open(target, "wb") as out:
+                shutil.copyfileobj(f, out)
+            os.chmod(target, 0o755)
+            os.remove(os.path.join(root, name))
+PY
 }
 
-configure() {
-  # The carry comes first on every search path, and Debian's doctest package is
-  # not asked for, so the build uses the carried files only.
-  cmake -S "$AMP_ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-        -DCMAKE_PREFIX_PATH="$carry" -DCMAKE_INCLUDE_PATH="$carry/include" -DCMAKE_LIBRARY_PATH="$carry/lib" \
-        -DCMAKE_DISABLE_FIND_PACKAGE_doctest=ON -DAMP_DATA_DIR="$carry/data" \
-        -DAMP_FORTUNES_DIR="$carry/data/fortunes" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+# The carried libraries first, then wherever the toolkit's cuBLAS and NCCL are
+# (the toolkit's folders, or PyTorch's nvidia wheels).
+library_path() {
+  local dirs="$carry/lib"
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda/lib; do
+    [ -d "$d" ] && dirs+=":$d"
+  done
+  local wheels
+  wheels=$(python3 -c 'import glob, os, site
+for p in site.getsitepackages():
+    for lib in glob.glob(os.path.join(p, "nvidia", "*", "lib")):
+        print(lib)' 2>/dev/null | tr '\n' ':')
+  echo "$dirs:${wheels%:}"
 }
 
-# Nothing in the build may come from a Debian package the GPU machine lacks.
-check_carried_only() {
-  local pattern='/usr/(include|lib/x86_64-linux-gnu)/(doctest|zlib\.h|zconf\.h|oneapi|dnnl|cblas|openblas|libdnnl|libz\.|libOpenCL)[^ :]*'
-  local bad
-  bad=$( (ninja -C "$build" -t deps; cat "$build/build.ninja" "$build/CMakeCache.txt") 2>/dev/null |
-        grep -oE "$pattern" | sort -u)
-  if [ -n "$bad" ]; then
-    echo "gpu-check: the build used files the GPU machine does not have:" >&2
-    echo "$bad" | sed 's/^/  /' >&2
-    return 1
-  fi
-  echo "gpu-check: the build uses the carried files only"
-}
-
-stage() {  # stage NAME SECONDS COMMAND...: runs with a time limit, logs to $out/NAME.log
-  local name=$1 limit=$2
-  shift 2
-  local start=$SECONDS
-  timeout --kill-after=10 "$limit" "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  echo "$name: exit $rc in $(( SECONDS - start )) s" | tee -a "$out/stages.txt"
-  [ $rc -eq 124 ] && echo "$name: TIMED OUT after $limit s" | tee -a "$out/stages.txt"
-  return $rc
-}
-
+# --- here and in CI: the dry run ------------------------------------------------------
 if [ "$mode" = "prepare" ]; then
   prepare
   exit $?
@@ -108,41 +122,94 @@ fi
 if [ "$mode" = "--dry-run" ]; then
   start=$SECONDS
   prepare || exit 1
+  # Unpacked in a copy: .gpu-carry stays packed, ready to carry.
+  scratch=$(mktemp -d)
+  trap 'rm -rf "$scratch"' EXIT
+  cp -r "$carry" "$scratch/carry" && carry=$scratch/carry
   unpack || exit 1
-  export LD_LIBRARY_PATH="$carry/lib:${LD_LIBRARY_PATH:-}"
-  configure >/dev/null || { echo "gpu-check: configure failed" >&2; exit 1; }
-  cmake --build "$build" -j "$AMP_JOBS" >"$build/build.log" 2>&1 || { tail -40 "$build/build.log"; exit 1; }
-  check_carried_only || exit 1
-  echo "gpu-check --dry-run: built for sm_90 in $(( SECONDS - start )) s. On the GPU machine it would run:"
-  echo "  tests:      $(cd "$build" && ctest -N | tail -1)"
-  echo "  sanitizer:  compute-sanitizer memcheck on $(ls "$build"/tests/amp_cuda_*_tests | xargs -n1 basename | tr '\n' ' ')"
-  echo "              racecheck on amp_cuda_backend_tests (the reductions)"
-  echo "  benchmarks: $(ls "$AMP_ROOT"/bench/gpu-*.sh | xargs -n1 basename | tr '\n' ' ')"
-  echo "  PyTorch:    bench/pytorch_fashion_mnist.py and bench/pytorch_char_lm.py on cuda: fp32, fp16 autocast +"
-  echo "              GradScaler, bf16 autocast"
+  export LD_LIBRARY_PATH="$carry/lib"  # and nothing else: what is not carried must be the system's or the toolkit's
+  failed=0
+  for b in "$carry"/bin/*; do
+    name=$(basename "$b")
+    outside=$(ldd "$b" | awk '$2 == "=>" {print $1, $3}' |
+              while read -r lib path; do
+                [[ "$path" == "$carry/lib/"* || "$lib" =~ $system_lib || "$lib" =~ $toolkit_lib ]] || echo "$lib ($path)"
+              done)
+    if [ -n "$outside" ]; then
+      echo "gpu-check: $name loads libraries that are not carried: $outside" >&2
+      failed=1
+    fi
+    if [[ "$name" == amp_*_tests ]]; then args=(--list-test-cases); else args=(--help); fi
+    if ! "$b" "${args[@]}" >/dev/null 2>"$carry/start.err"; then
+      echo "gpu-check: $name does not start with the carried libraries: $(tail -3 "$carry/start.err")" >&2
+      failed=1
+    fi
+  done
+  (( failed )) && exit 1
+  # The summary on an output folder as a run that started nothing would leave it.
+  dry=$scratch/summary && mkdir "$dry"
+  python3 "$AMP_ROOT/scripts/gpu_summary.py" "$dry" >/dev/null
+  [ -f "$dry/summary.txt" ] && grep -q "gpu-check: FAILED" "$dry/summary.txt" ||
+    { echo "gpu-check: the summary did not report an empty run as failed" >&2; exit 1; }
+  echo "gpu-check --dry-run: ${#tests[@]} test binaries and ${#programs[@]} programs start with the carried" \
+       "libraries; dry run $(( SECONDS - start )) s. On the GPU machine, within ${GPU_CHECK_SECONDS:-450} s:"
+  echo "  tests:      ${tests[*]} (none may skip)"
+  echo "  programs:   ${programs[*]}, each eager and --graph (bench/gpu-programs.sh)"
+  echo "  PyTorch:    bench/gpu-pytorch.sh: fp32, fp16 autocast + GradScaler, bf16 autocast"
+  echo "  sanitizer:  compute-sanitizer memcheck on amp_cuda_backend_tests and the O2 capture cases"
   exit 0
 fi
 
-# --- on the GPU machine --------------------------------------------------------
-[ -d "$carry" ] || { echo "gpu-check: no $carry: run 'scripts/gpu-check.sh prepare' first" >&2; exit 1; }
-mkdir -p "$out" && : >"$out/stages.txt"
-export LD_LIBRARY_PATH="$carry/lib:${LD_LIBRARY_PATH:-}"
-export AMP_JOBS=$(nproc)
-nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
-unpack
-stage configure 120 configure
-stage build 330 cmake --build "$build" -j "$AMP_JOBS"
-stage tests 150 bash -c "cd '$build' && ctest -j 8 --timeout 120 --output-on-failure"
-if command -v compute-sanitizer >/dev/null; then
-  for t in "$build"/tests/amp_cuda_*_tests; do
-    stage "memcheck-$(basename "$t")" 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$t"
-  done
-  stage "racecheck-amp_cuda_backend_tests" 60 compute-sanitizer --tool racecheck --error-exitcode 9 \
-    "$build/tests/amp_cuda_backend_tests" --test-case='*reduce*'
-else
-  echo "sanitizer: compute-sanitizer not found: skipped" | tee -a "$out/stages.txt"
-fi
-for runner in "$AMP_ROOT"/bench/gpu-*.sh; do
-  stage "$(basename "$runner" .sh)" 150 bash "$runner" "$build" "$out" "$carry/data"
+# --- on the GPU machine -------------------------------------------------------------
+[ -d "$carry/bin" ] || { echo "gpu-check: no $carry: run 'scripts/gpu-check.sh prepare' first and carry it" >&2; exit 1; }
+out=${OUT:-$AMP_ROOT/out/gpu-check}
+work=$(mktemp -d)  # logs and JSON; $OUT gets the summary, results.json and one archive
+mkdir -p "$out" && : >"$work/stages.txt"
+deadline=$(( SECONDS + ${GPU_CHECK_SECONDS:-450} ))
+finish() {
+  python3 "$AMP_ROOT/scripts/gpu_summary.py" "$work" >/dev/null 2>"$work/summary.err"
+  cp "$work/summary.txt" "$work/results.json" "$out/" 2>/dev/null
+  tar -czf "$out/logs.tar.gz" -C "$work" . 2>/dev/null
+  cat "$out/summary.txt" 2>/dev/null || { echo "gpu-check: no summary"; cat "$work/summary.err"; }
+}
+trap finish EXIT
+
+# stage NAME SECONDS COMMAND...: at most SECONDS, and never past the deadline
+# (30 s are kept for the summary); logs to NAME.log.
+stage() {
+  local name=$1 limit=$2
+  shift 2
+  local left=$(( deadline - SECONDS - 30 ))
+  (( limit > left )) && limit=$left
+  if (( limit < 5 )); then
+    echo "$name: not run (no time left)" | tee -a "$work/stages.txt"
+    return 1
+  fi
+  local start=$SECONDS
+  timeout --kill-after=5 "$limit" "$@" >"$work/$name.log" 2>&1
+  local rc=$?
+  echo "$name: exit $rc in $(( SECONDS - start )) s" | tee -a "$work/stages.txt"
+  (( rc == 124 || rc == 137 )) && echo "$name: TIMED OUT after $limit s" | tee -a "$work/stages.txt"
+  return $rc
+}
+
+export AMP_CARRY="$carry" AMP_WORK="$work"
+start=$SECONDS
+unpack >"$work/unpack.log" 2>&1
+echo "unpack: exit $? in $(( SECONDS - start )) s" | tee -a "$work/stages.txt"
+export LD_LIBRARY_PATH="$(library_path):${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader >"$work/gpu.txt" 2>"$work/nvidia-smi.err"
+# The stages in the order of their worth: a run short of time loses the last.
+for t in "${tests[@]}"; do
+  stage "test-$t" 120 "$carry/bin/$t"
 done
-python3 "$AMP_ROOT/scripts/gpu_summary.py" "$out" "$build"
+stage programs 200 bash "$AMP_ROOT/bench/gpu-programs.sh"
+stage pytorch 120 bash "$AMP_ROOT/bench/gpu-pytorch.sh"
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -n "$sanitizer" ]; then
+  stage sanitizer-backend 60 "$sanitizer" --tool memcheck --error-exitcode 9 "$carry/bin/amp_cuda_backend_tests"
+  stage sanitizer-capture 90 "$sanitizer" --tool memcheck --error-exitcode 9 "$carry/bin/amp_cuda_capture_tests" \
+    --test-case='*O2Policy>*'
+else
+  echo "sanitizer: compute-sanitizer not found (skipped)" | tee -a "$work/stages.txt"
+fi

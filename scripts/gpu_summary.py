@@ -1,14 +1,26 @@
 #!/usr/bin/env python3
-"""The GPU check's summary on one screen, from what scripts/gpu-check.sh left in its output folder: the GPU, each
-stage's exit status and time, the tests (passed / failed / skipped), compute-sanitizer's findings, and per program
-and opt level the accuracy (or loss), epoch time and memory, next to PyTorch's AMP on the same recipe.
+"""The GPU check's summary on one screen, from what scripts/gpu-check.sh left in its work folder: the GPU, each
+stage's exit status and time, the tests (none may fail or skip), compute-sanitizer's findings, each program eager
+against its captured CUDA graph (the same training, the step's time, launches and graph nodes, the host work in the
+loop), and PyTorch's AMP on the same recipes.
 
-usage: gpu_summary.py OUT_DIR BUILD_DIR      (exit status 0 only if everything passed with nothing skipped)"""
+usage: gpu_summary.py WORK_DIR
+Writes WORK_DIR/summary.txt and WORK_DIR/results.json, prints the summary; exit status 0 only if everything ran
+and passed with nothing skipped."""
 import glob
 import json
+import math
 import os
 import re
 import sys
+
+PROGRAMS = {  # program: (the metric its JSON reports per level, how close --graph must come to eager)
+    "seed_linear": ("final_loss", 1e-3),
+    "fashion_mnist": ("test_accuracy", 5e-3),
+    "char_lm": ("val_loss", 1e-2),
+}
+PEER = {"O0": "fp32", "O1": "fp16-amp", "O2": "fp16-amp", "O1-bf16": "bf16-autocast", "O2-bf16": "bf16-autocast"}
+HOST_WORK = ("host_syncs_in_loop", "allocations_in_loop", "pageable_copies_in_loop")
 
 
 def read(path):
@@ -19,66 +31,163 @@ def read(path):
         return ""
 
 
-def main(out, build):
-    ok = True
-    print("=" * 78)
-    print(f"amp GPU check: {read(os.path.join(out, 'gpu.txt')).strip() or 'no GPU reported by nvidia-smi'}")
-    for line in read(os.path.join(out, "stages.txt")).splitlines():
-        print(f"  {line}")
-        status = re.search(r": exit (\d+) in", line)
-        if (status and status.group(1) != "0") or "TIMED OUT" in line:
-            ok = False
+def load_json(path):
+    try:
+        return json.loads(read(path))
+    except ValueError:
+        return None
 
-    tests = read(os.path.join(out, "tests.log"))
-    m = re.search(r"(\d+)% tests passed, (\d+) tests failed out of (\d+)", tests)
-    skipped = len(re.findall(r"\*\*\*Skipped|\(Skipped\)", tests))
-    if m:
-        failed, total = int(m.group(2)), int(m.group(3))
-        print(f"tests: {total - failed - skipped} passed, {failed} failed, {skipped} skipped (of {total})")
-        ok = ok and failed == 0 and skipped == 0
-        for name in re.findall(r"^\s*\d+ - (.*) \(Failed\)", tests, re.M)[:8]:
-            print(f"  FAILED: {name}")
-    else:
-        print("tests: no ctest summary (see tests.log)")
-        ok = False
 
-    for log in sorted(glob.glob(os.path.join(out, "*check-*.log"))):
-        text = read(log)
-        found = re.search(r"ERROR SUMMARY: (\d+) error", text) or re.search(r"RACECHECK SUMMARY: (\d+) hazard", text)
-        what = os.path.basename(log)[:-4]
-        print(f"sanitizer {what}: {found.group(0) if found else 'no summary (see log)'}")
-        ok = ok and bool(found) and found.group(1) == "0"
+class Summary:
+    def __init__(self):
+        self.lines, self.problems = [], []
 
-    for path in sorted(glob.glob(os.path.join(out, "*_gpu.json"))):
-        summary = json.loads(read(path) or "{}")
-        program = summary.get("program", os.path.basename(path))
-        torch = {}
-        for line in read(path.replace(".json", ".jsonl").replace(program, "pytorch_" + program)).splitlines():
+    def say(self, line=""):
+        self.lines.append(line)
+
+    def fail(self, why):
+        self.problems.append(why)
+        self.say(f"  FAILED: {why}")
+
+
+def stages(work, s):
+    found = []
+    for line in read(os.path.join(work, "stages.txt")).splitlines():
+        s.say(f"  {line}")
+        m = re.match(r"(\S+): exit (\d+) in (\d+) s", line)
+        if m:
+            found.append({"stage": m.group(1), "exit": int(m.group(2)), "seconds": int(m.group(3))})
+            if m.group(2) != "0":
+                s.problems.append(f"stage {m.group(1)} exited with {m.group(2)}")
+        elif "TIMED OUT" in line or "no time left" in line:
+            s.problems.append(line)
+    if not found:
+        s.fail("no stage ran")
+    return found
+
+
+def tests(work, s):
+    rows = []
+    for log in sorted(glob.glob(os.path.join(work, "test-*.log"))):
+        text, name = read(log), os.path.basename(log)[5:-4]
+        cases = re.search(r"test cases:\s*(\d+) \|\s*(\d+) passed \|\s*(\d+) failed", text)
+        asserts = re.search(r"assertions:\s*(\d+) \|", text)
+        skips = len(re.findall(r"^\[amp-skip\]", text, re.M))
+        row = {"binary": name, "cases": int(cases.group(1)) if cases else 0,
+               "failed": int(cases.group(3)) if cases else None, "skipped": skips,
+               "assertions": int(asserts.group(1)) if asserts else 0}
+        rows.append(row)
+        s.say(f"  {name:<26} {row['cases']:>4} cases {row['assertions']:>7} assertions "
+              f"{row['failed'] if cases else '?':>3} failed {skips:>3} skipped")
+        if not cases:
+            s.fail(f"{name}: no doctest summary (crashed?)")
+        elif row["failed"] or skips or not row["assertions"]:
+            s.fail(f"{name}: {row['failed']} failed, {skips} skipped, {row['assertions']} assertions")
+        for case in re.findall(r"^TEST CASE:\s+(.*)$", text, re.M)[:5]:
+            s.say(f"    in: {case[:70]}")
+    if not rows:
+        s.fail("no test log")
+    return rows
+
+
+def sanitizer(work, s):
+    rows = []
+    for log in sorted(glob.glob(os.path.join(work, "sanitizer-*.log"))):
+        found = re.search(r"ERROR SUMMARY: (\d+) error", read(log))
+        name = os.path.basename(log)[:-4]
+        rows.append({"run": name, "errors": int(found.group(1)) if found else None})
+        s.say(f"  {name}: {found.group(0) if found else 'no ERROR SUMMARY (see its log)'}")
+        if not found or found.group(1) != "0":
+            s.problems.append(f"{name}: {found.group(0) if found else 'no summary'}")
+    return rows
+
+
+def peers(work, program):
+    out = {}
+    for line in read(os.path.join(work, f"pytorch_{program}.jsonl")).splitlines():
+        try:
             r = json.loads(line)
-            torch[r["mode"]] = r
-        print(f"{program} on {summary.get('device', '?')}:")
-        print(f"  {'level':<9}{'metric':>10}{'epoch [s]':>11}{'memory MiB':>12}{'skipped':>9}  PyTorch (same recipe)")
-        for lv in summary.get("levels", []):
-            metric = lv.get("test_accuracy", lv.get("val_loss", lv.get("final_loss", float("nan"))))
-            seconds = lv.get("epoch_seconds", lv.get("seconds", float("nan")))
-            memory = lv.get("peak_bytes", {}).get("total", 0) / 2**20
-            peer_mode = {"O0": "fp32", "O1": "fp16-amp", "O2": "fp16-amp", "O1-bf16": "bf16-autocast",
-                         "O2-bf16": "bf16-autocast"}.get(lv["opt_level"])
-            peer = torch.get(peer_mode)
-            versus = ""
-            if peer and "test_accuracy" in peer:
-                versus = f"{peer_mode} {peer['test_accuracy']:.4f}, {peer['epoch_seconds']:.3f} s"
-            elif peer:  # char_lm: validation loss and tokens/s against amp's tokens/s
-                versus = (f"{peer_mode} {peer['val_loss']:.4f}, {peer['tokens_per_second']:.0f} tok/s "
-                          f"(amp {lv['tokens_per_second']:.0f})")
-            print(f"  {lv['opt_level']:<9}{metric:>10.4f}{seconds:>11.3f}{memory:>12.2f}"
-                  f"{lv.get('skipped_steps', 0):>9}  {versus}")
-    print("=" * 78)
-    print("gpu-check: PASSED" if ok else "gpu-check: FAILED (logs in " + out + ")")
-    return 0 if ok else 1
+            out[r["mode"]] = r
+        except (ValueError, KeyError):
+            pass
+    return out
+
+
+def programs(work, s):
+    result = {}
+    for program, (metric, tolerance) in PROGRAMS.items():
+        eager, graph = (load_json(os.path.join(work, f"{program}.{m}.json")) for m in ("eager", "graph"))
+        torch = peers(work, program)
+        if not eager or not graph:
+            s.fail(f"{program}: no {'eager' if not eager else 'graph'} JSON (see {program}.*.log)")
+            continue
+        s.say(f"  {program} ({metric}; ms per step eager / graph; PyTorch)")
+        s.say(f"  {'level':<8}{'eager':>9}{'graph':>9}{'eager':>8}{'graph':>8}{'x':>6}"
+              f"{'launch':>7}{'nodes':>6}  PyTorch")
+        by_level = {lv["opt_level"]: lv for lv in graph.get("levels", [])}
+        rows = []
+        for e in eager.get("levels", []):
+            level, g = e["opt_level"], by_level.get(e["opt_level"])
+            if g is None:
+                s.fail(f"{program} {level}: missing from the --graph run")
+                continue
+            speedup = e["step_ms"] / g["step_ms"] if g.get("step_ms") else float("nan")
+            peer = torch.get(PEER.get(level, ""), {})
+            row = {"opt_level": level, "eager": e.get(metric), "graph": g.get(metric), "eager_step_ms": e["step_ms"],
+                   "graph_step_ms": g["step_ms"], "speedup": speedup, "launches_per_step": e["launches_per_step"],
+                   "graph_nodes": g["graph_nodes"], "pytorch_mode": peer.get("mode"),
+                   "pytorch_step_ms": peer.get("step_ms"), "pytorch_metric": peer.get(metric)}
+            rows.append(row)
+            versus = f"{peer['step_ms']:.3f} {peer['mode'][:4]}" if peer.get("step_ms") else ""
+            s.say(f"  {level:<8}{row['eager']:>9.4f}{row['graph']:>9.4f}{row['eager_step_ms']:>8.3f}"
+                  f"{row['graph_step_ms']:>8.3f}{speedup:>6.2f}{row['launches_per_step']:>7}{row['graph_nodes']:>6}"
+                  f"  {versus}")
+            if not (math.isfinite(row["eager"]) and math.isfinite(row["graph"])):
+                s.fail(f"{program} {level}: not finite")
+            elif abs(row["graph"] - row["eager"]) > tolerance * max(1.0, abs(row["eager"])):
+                s.fail(f"{program} {level}: --graph {row['graph']:.4f} against eager {row['eager']:.4f}")
+            work_done = {k: (e.get(k), g.get(k)) for k in HOST_WORK if e.get(k) or g.get(k)}
+            if work_done:
+                s.fail(f"{program} {level}: host work in the loop {work_done}")
+            if not g["graph_nodes"]:
+                s.fail(f"{program} {level}: --graph recorded no graph")
+        result[program] = {"device": graph.get("device"), "levels": rows, "pytorch": torch}
+    return result
+
+
+def main(work):
+    s = Summary()
+    gpu = read(os.path.join(work, "gpu.txt")).strip()
+    s.say("=" * 78)
+    s.say(f"amp GPU check: {gpu or 'no GPU reported by nvidia-smi'}")
+    if not gpu:
+        s.problems.append("no GPU")
+    s.say("stages:")
+    results = {"gpu": gpu, "stages": stages(work, s)}
+    s.say("tests:")
+    results["tests"] = tests(work, s)
+    s.say("compute-sanitizer:")
+    results["sanitizer"] = sanitizer(work, s)
+    if not results["sanitizer"]:
+        s.say("  not run")
+    s.say("programs, eager and --graph:")
+    results["programs"] = programs(work, s)
+    results["problems"] = s.problems
+    results["passed"] = not s.problems
+    s.say("=" * 78)
+    s.say("gpu-check: PASSED" if not s.problems else f"gpu-check: FAILED ({len(s.problems)} problems)")
+    for why in s.problems[:12]:
+        s.say(f"  {why}")
+    text = "\n".join(s.lines) + "\n"
+    with open(os.path.join(work, "summary.txt"), "w") as f:
+        f.write(text)
+    with open(os.path.join(work, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    sys.stdout.write(text)
+    return 0 if not s.problems else 1
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
         sys.exit(__doc__)
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(sys.argv[1]))

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <tuple>
 
@@ -22,8 +23,6 @@
 #include <amp/io/checkpoint.hpp>
 #include <amp/io/safetensors.hpp>
 #if defined(AMP_EXAMPLE_PARALLEL)
-#include <optional>
-
 #include <amp/parallel.hpp>
 #endif
 
@@ -87,7 +86,7 @@ struct Settings {
   std::int64_t batch = 0, train_subset = 0;
   int epochs = 0, threads = 0;
   std::uint64_t seed = 0;
-  bool tty = false;
+  bool tty = false, graph = false;
 };
 
 struct StepLog {
@@ -114,7 +113,11 @@ struct LevelResult {
   double accuracy = 0, epoch_seconds = 0, samples_per_second = 0;
   std::size_t peak[static_cast<int>(amp::memory_kind::count)] = {};
   std::size_t peak_total = 0;
-  long long skipped = 0, allocations_in_loop = 0;
+  long long skipped = 0;
+  // After the first step: what the loop did on the host (zeros: it can be one CUDA graph).
+  long long host_syncs_in_loop = 0, allocations_in_loop = 0, pageable_copies_in_loop = 0, launches_per_step = 0;
+  long long graph_nodes = 0;  // --graph: the captured step's nodes
+  double step_ms = 0;         // the median epoch's time per step
   float final_scale = 0;
   std::vector<EpochLog> epochs;
   std::vector<StepLog> steps;
@@ -258,7 +261,7 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
                                                           .ranks = dist.ranks});
   amp::data::Loader<float, B> test_data(ctx, test_set, {.batch_size = s.batch, .shuffle = false, .mean = s.mean,
                                                         .stddev = s.stddev, .layout = layout});
-  amp::Buffer<StepRecord, B> records(ctx, static_cast<std::size_t>(train_data.batches()), amp::memory_kind::workspace);
+  examples::StepRecords<B> records(ctx, static_cast<std::size_t>(train_data.batches()));
   if (s.schedule == "cosine") opt.set_schedule(amp::optim::CosineLR{s.lr, s.epochs * train_data.batches()});
 
   LevelResult r;
@@ -275,33 +278,42 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
     std::printf("  %-7s resumed from %s after epoch %d\n", r.level.c_str(), s.resume.c_str(), done);
   }
   std::vector<double> epoch_times;
-  std::size_t allocations_after_first_step = 0;
+  examples::LoopCounters loop;
+  // --graph: full batches replay one captured step (the loader refills the same
+  // buffers); the last, partial batch has another shape and runs eagerly.
+  std::optional<amp::CapturedStep<B>> graph;
   for (int epoch = done + 1; epoch <= s.epochs; ++epoch) {
     ctx.synchronize();
     const auto start = Clock::now();
     train_data.start_epoch();
+    records.restart(ctx);
     for (std::int64_t b = 0; b < train_data.batches(); ++b) {
       if (examples::interrupted()) return r;  // not finished: the caller keeps only finished levels
-      const auto batch = train_data.batch(b);
-      auto loss = nn::cross_entropy(ctx, model.forward(ctx, batch.x), batch.labels);
-      opt.zero_grad();
-      {
-        auto scaled = amp::scale_loss(loss, opt);
-        scaled.backward();
-      }
-      opt.step();
-      examples::record_step(ctx, records, b, loss, opt);
-      if (epoch == done + 1 && b == 0) allocations_after_first_step = ctx.memory().allocations();
-      if (s.tty && dist.leader() && (b % 25 == 0 || b + 1 == train_data.batches())) {
-        const StepRecord rec = amp::download_one(ctx, static_cast<const StepRecord*>(records.data() + b));
-        progress(s, r.level, epoch, b, train_data.batches(),
-                 std::chrono::duration<double>(Clock::now() - start).count(), rec.loss, rec.scale);
-      }
+      loop.step(ctx, [&] {
+        const auto batch = train_data.batch(b);
+        auto step = [&, x = batch.x, labels = batch.labels] {
+          auto loss = nn::cross_entropy(ctx, model.forward(ctx, x), labels);
+          opt.zero_grad();
+          {
+            auto scaled = amp::scale_loss(loss, opt);
+            scaled.backward();
+          }
+          opt.step();
+          records.record(ctx, loss, opt);
+        };
+        if (!s.graph || batch.x.shape[0] != s.batch) step();
+        else if (graph) graph->replay();
+        else graph.emplace(ctx, step);  // this batch's eager step, then the capture
+      });
+      if (s.tty && dist.leader() && (b % 25 == 0 || b + 1 == train_data.batches()))
+        if (const StepRecord* rec = records.newest(ctx))
+          progress(s, r.level, epoch, b, train_data.batches(),
+                   std::chrono::duration<double>(Clock::now() - start).count(), rec->loss, rec->scale);
     }
     ctx.synchronize();
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     epoch_times.push_back(secs);
-    const auto recs = amp::download(ctx, amp::Span<const StepRecord>(records.span()));
+    const auto recs = records.download(ctx, static_cast<std::size_t>(train_data.batches()));
     double loss_sum = 0;
     for (std::size_t i = 0; i < recs.size(); ++i) {
       const long long before = i ? recs[i - 1].skipped : r.skipped;
@@ -321,10 +333,14 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
     if (!s.save.empty() && dist.leader()) amp::io::save(s.save, model, opt, run_state(s, r, train_data));
   }
   if (!s.export_to.empty() && dist.leader()) amp::io::export_safetensors(s.export_to, model.parameters());
-  r.allocations_in_loop = static_cast<long long>(ctx.memory().allocations() - allocations_after_first_step);
+  r.host_syncs_in_loop = loop.syncs(), r.allocations_in_loop = loop.allocations();
+  r.pageable_copies_in_loop = loop.pageable_copies();
+  r.launches_per_step = graph ? static_cast<long long>(graph->launches_per_step()) : loop.launches();
+  r.graph_nodes = graph ? static_cast<long long>(graph->graph_nodes()) : 0;
   r.accuracy = r.epochs.back().test_accuracy;
   std::sort(epoch_times.begin(), epoch_times.end());
   r.epoch_seconds = epoch_times[epoch_times.size() / 2];
+  r.step_ms = 1e3 * r.epoch_seconds / static_cast<double>(train_data.batches());
   r.samples_per_second = static_cast<double>(train_data.size()) / r.epoch_seconds;
   for (int k = 0; k < static_cast<int>(amp::memory_kind::count); ++k)
     r.peak[k] = ctx.memory().peak(static_cast<amp::memory_kind>(k));
@@ -419,9 +435,7 @@ void print_tables(const std::string& device, const std::vector<LevelResult>& res
                   o0->epoch_seconds / r.epoch_seconds, 100 * (r.accuracy - o0->accuracy));
     }
   }
-  for (const auto& r : results)
-    if (r.allocations_in_loop != 0)
-      std::printf("warning: %s allocated %lld times inside the training loop\n", r.level.c_str(), r.allocations_in_loop);
+  examples::print_loop_counters(results);
 }
 
 void print_parameters(const std::vector<LevelResult>& results) {
@@ -446,7 +460,7 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
   j.field("epochs", s.epochs).field("seed", static_cast<unsigned long long>(s.seed)).field("data", s.data);
   j.field("train_subset", static_cast<long long>(s.train_subset)).field("train_images", static_cast<long long>(train_images));
   j.field("threads", s.threads).field("input_mean", s.mean).field("input_std", s.stddev);
-  j.field("resumed_from", s.resume).field("imported", s.import_from).end();
+  j.field("resumed_from", s.resume).field("imported", s.import_from).field("graph", s.graph).end();
   j.key("levels").array();
   for (const auto& r : results) {
     j.object().field("opt_level", r.level).field("test_accuracy", r.accuracy).field("epoch_seconds", r.epoch_seconds);
@@ -455,7 +469,9 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
       j.field(amp::memory_kind_names[k], static_cast<unsigned long long>(r.peak[k]));
     j.field("total", static_cast<unsigned long long>(r.peak_total)).end();
     j.field("skipped_steps", r.skipped).field("final_loss_scale", r.final_scale);
-    j.field("allocations_in_loop", r.allocations_in_loop).key("parameters").array();
+    j.field("host_syncs_in_loop", r.host_syncs_in_loop).field("allocations_in_loop", r.allocations_in_loop);
+    j.field("pageable_copies_in_loop", r.pageable_copies_in_loop).field("launches_per_step", r.launches_per_step);
+    j.field("graph_nodes", r.graph_nodes).field("step_ms", r.step_ms).key("parameters").array();
     for (const auto& p : r.parameters) {
       j.object().field("name", p.name).field("shape", p.shape).field("dtype", p.dtype).key("master_dtype");
       if (p.master_dtype.empty()) j.null();
@@ -524,6 +540,7 @@ int main(int argc, char** argv) try {
       .flag("export", "", "write the trained weights as safetensors (PyTorch's names) to FILE", "FILE")
       .flag("import", "", "start from the weights in a safetensors FILE (e.g. from PyTorch)", "FILE")
       .toggle("summary", false, "print each level's parameters with their storage types")
+      .toggle("graph", false, "capture the training step once and replay it per batch (a CUDA graph on the GPU)")
       .toggle("distributed", false, "one rank of an MPI job (mpirun -np N ...); --batch-size is per rank");
   if (!args.parse(argc, argv)) return 0;
   examples::watch_interrupts();  // before any thread starts (see run.hpp)
@@ -558,6 +575,7 @@ int main(int argc, char** argv) try {
 #endif
   s.data = args.str("data");
   s.tty = isatty(fileno(stdout)) != 0;
+  s.graph = args.on("graph");
   const auto levels = examples::parse_levels(args.str("opt-level"));
   s.save = args.str("save"), s.resume = args.str("resume"), s.export_to = args.str("export");
   s.import_from = args.str("import");

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -116,7 +117,7 @@ struct Settings {
   std::uint64_t seed = 1;
   int threads = 0;
   std::string data;
-  bool tty = false;
+  bool tty = false, graph = false;
 };
 
 // The start of training window i: splitmix64 of (seed, i), so any program can replay the order.
@@ -127,15 +128,15 @@ std::int64_t window_start(std::uint64_t seed, std::int64_t i, std::int64_t limit
 
 // Batch `step` of windows: inputs and next-character targets.
 void fill_batch(const Settings& s, const std::vector<std::int32_t>& text, std::int64_t step, bool training,
-                std::vector<std::int32_t>& ids, std::vector<std::int32_t>& targets) {
+                std::int32_t* ids, std::int32_t* targets) {
   const std::int64_t t = s.model.context, limit = static_cast<std::int64_t>(text.size()) - t - 1;
   for (std::int64_t r = 0; r < s.batch; ++r) {
     // Training: random windows; validation: evenly spaced ones, the same for every level.
     const std::int64_t start = training ? window_start(s.seed, step * s.batch + r, limit)
                                         : (step * s.batch + r) * (limit / (s.eval_batches * s.batch));
     for (std::int64_t k = 0; k < t; ++k) {
-      ids[static_cast<std::size_t>(r * t + k)] = text[static_cast<std::size_t>(start + k)];
-      targets[static_cast<std::size_t>(r * t + k)] = text[static_cast<std::size_t>(start + k + 1)];
+      ids[r * t + k] = text[static_cast<std::size_t>(start + k)];
+      targets[r * t + k] = text[static_cast<std::size_t>(start + k + 1)];
     }
   }
 }
@@ -151,7 +152,11 @@ struct LevelResult {
   double val_loss = 0, train_loss = 0, tokens_per_second = 0, interval_seconds = 0;
   std::size_t peak[static_cast<int>(amp::memory_kind::count)] = {};
   std::size_t peak_total = 0;
-  long long skipped = 0, allocations_in_loop = 0;
+  long long skipped = 0;
+  // After the first step: what the loop did on the host (zeros: it can be one CUDA graph).
+  long long host_syncs_in_loop = 0, allocations_in_loop = 0, pageable_copies_in_loop = 0, launches_per_step = 0;
+  long long graph_nodes = 0;  // --graph: the captured step's nodes
+  double step_ms = 0;         // training time per step
   float final_scale = 0;
   std::vector<Evaluation> evaluations;
   std::vector<StepRecord> steps;
@@ -165,7 +170,7 @@ double validation_loss(amp::Context<B>& ctx, Model& model, const Settings& s, co
   std::vector<std::int32_t> hi(ids.size()), ht(targets.size());
   double total = 0;
   for (std::int64_t b = 0; b < s.eval_batches; ++b) {
-    fill_batch(s, c.val, b, false, hi, ht);
+    fill_batch(s, c.val, b, false, hi.data(), ht.data());
     amp::upload(ctx, ids.span(), hi);
     amp::upload(ctx, targets.span(), ht);
     auto out = model.forward(ctx, amp::TensorView<const std::int32_t>(ids.data(), amp::Shape{s.batch, s.model.context}));
@@ -219,31 +224,39 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
       s.warmup, {s.lr, std::max<std::int64_t>(1, s.steps - s.warmup), s.min_lr}});
   const auto tokens = static_cast<std::size_t>(s.batch * s.model.context);
   amp::Buffer<std::int32_t, B> ids(ctx, tokens, amp::memory_kind::data), targets(ctx, tokens, amp::memory_kind::data);
-  amp::Buffer<StepRecord, B> records(ctx, static_cast<std::size_t>(s.steps), amp::memory_kind::workspace);
-  std::vector<std::int32_t> hi(tokens), ht(tokens);
+  amp::Staging<std::int32_t, B> stage_ids(ctx, tokens), stage_targets(ctx, tokens);  // pinned, asynchronous copies
+  examples::StepRecords<B> records(ctx, static_cast<std::size_t>(s.steps));
   double train_seconds = 0;
   std::vector<double> intervals;
-  std::size_t allocations = 0;
-  auto start = Clock::now();
-  for (std::int64_t step = 0; step < s.steps; ++step) {
-    if (examples::interrupted()) return r;
-    fill_batch(s, c.train, step, true, hi, ht);
-    amp::upload(ctx, ids.span(), hi);
-    amp::upload(ctx, targets.span(), ht);
-    auto out = model.forward(ctx, amp::TensorView<const std::int32_t>(ids.data(), amp::Shape{s.batch, s.model.context}));
-    auto loss = nn::cross_entropy(ctx, out, amp::Span<const std::int32_t>(targets.span()));
+  examples::LoopCounters loop;
+  const amp::TensorView<const std::int32_t> x(ids.data(), amp::Shape{s.batch, s.model.context});
+  const amp::Span<const std::int32_t> y(targets.span());
+  auto train_step = [&] {
+    auto loss = nn::cross_entropy(ctx, model.forward(ctx, x), y);
     opt.zero_grad();
     amp::scale_loss(loss, opt).backward();
     opt.step();
-    examples::record_step(ctx, records, step, loss, opt);
-    if (step == 0) allocations = ctx.memory().allocations();
+    records.record(ctx, loss, opt);
+  };
+  std::optional<amp::CapturedStep<B>> graph;  // --graph: every batch has the same shape
+  auto start = Clock::now();
+  for (std::int64_t step = 0; step < s.steps; ++step) {
+    if (examples::interrupted()) return r;
+    loop.step(ctx, [&] {
+      fill_batch(s, c.train, step, true, stage_ids.next().data, stage_targets.next().data);
+      stage_ids.upload(ids.span(), tokens);
+      stage_targets.upload(targets.span(), tokens);
+      if (!s.graph) train_step();
+      else if (graph) graph->replay();
+      else graph.emplace(ctx, train_step);  // this batch's eager step, then the capture
+    });
     const bool eval_now = (step + 1) % s.eval_interval == 0 || step + 1 == s.steps;
-    if (s.tty && (step % 10 == 0 || eval_now)) {
-      const StepRecord rec = amp::download_one(ctx, static_cast<const StepRecord*>(records.data() + step));
+    const StepRecord* rec = s.tty && (step % 10 == 0 || eval_now) ? records.newest(ctx) : nullptr;
+    if (rec) {
       const double secs = train_seconds + std::chrono::duration<double>(Clock::now() - start).count();
       std::printf("\r  %-7s step %5lld/%-5lld %7.0f tok/s loss %.4f scale %-8g", r.level.c_str(),
                   static_cast<long long>(step + 1), static_cast<long long>(s.steps),
-                  static_cast<double>((step + 1) * tokens) / secs, rec.loss, rec.scale);
+                  static_cast<double>((step + 1) * tokens) / secs, rec->loss, rec->scale);
       std::fflush(stdout);
     }
     if (eval_now) {
@@ -260,8 +273,12 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
       start = Clock::now();
     }
   }
-  r.allocations_in_loop = static_cast<long long>(ctx.memory().allocations() - allocations);
-  r.steps = amp::download(ctx, amp::Span<const StepRecord>(records.span()));
+  r.host_syncs_in_loop = loop.syncs(), r.allocations_in_loop = loop.allocations();
+  r.pageable_copies_in_loop = loop.pageable_copies();
+  r.launches_per_step = graph ? static_cast<long long>(graph->launches_per_step()) : loop.launches();
+  r.graph_nodes = graph ? static_cast<long long>(graph->graph_nodes()) : 0;
+  r.step_ms = 1e3 * train_seconds / static_cast<double>(s.steps);
+  r.steps = records.download(ctx, static_cast<std::size_t>(s.steps));
   const std::size_t tail = std::min<std::size_t>(r.steps.size(), static_cast<std::size_t>(s.eval_interval));
   for (std::size_t i = r.steps.size() - tail; i < r.steps.size(); ++i) r.train_loss += r.steps[i].loss / tail;
   r.val_loss = r.evaluations.back().val_loss;
@@ -305,9 +322,7 @@ void print_tables(const std::string& device, const Corpus& c, const std::vector<
       std::printf("  %-8s %+6.2f %%  %.2fx\n", r.level.c_str(), 100 * (r.val_loss / o0->val_loss - 1),
                   r.tokens_per_second / o0->tokens_per_second);
   }
-  for (const auto& r : results)
-    if (r.allocations_in_loop != 0)
-      std::printf("warning: %s allocated %lld times inside the training loop\n", r.level.c_str(), r.allocations_in_loop);
+  examples::print_loop_counters(results);
 }
 
 std::string to_json(const Settings& s, const std::string& device, const std::string& details, const Corpus& c,
@@ -330,7 +345,8 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
       .field("weight_decay", s.weight_decay).field("clip", s.clip)
       .field("eval_interval", static_cast<long long>(s.eval_interval))
       .field("eval_batches", static_cast<long long>(s.eval_batches))
-      .field("seed", static_cast<unsigned long long>(s.seed)).field("threads", s.threads).field("data", s.data).end();
+      .field("seed", static_cast<unsigned long long>(s.seed)).field("threads", s.threads).field("data", s.data)
+      .field("graph", s.graph).end();
   j.key("levels").array();
   for (const auto& r : results) {
     j.object().field("opt_level", r.level).field("val_loss", r.val_loss).field("val_perplexity", std::exp(r.val_loss));
@@ -340,7 +356,10 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
       j.field(amp::memory_kind_names[k], static_cast<unsigned long long>(r.peak[k]));
     j.field("total", static_cast<unsigned long long>(r.peak_total)).end();
     j.field("skipped_steps", r.skipped).field("final_loss_scale", r.final_scale);
-    j.field("allocations_in_loop", r.allocations_in_loop).field("sample", r.sample).key("epochs").array();
+    j.field("host_syncs_in_loop", r.host_syncs_in_loop).field("allocations_in_loop", r.allocations_in_loop);
+    j.field("pageable_copies_in_loop", r.pageable_copies_in_loop).field("launches_per_step", r.launches_per_step);
+    j.field("graph_nodes", r.graph_nodes).field("step_ms", r.step_ms);
+    j.field("sample", r.sample).key("epochs").array();
     for (std::size_t i = 0; i < r.evaluations.size(); ++i)
       j.object().field("epoch", static_cast<long long>(i + 1)).field("step", static_cast<long long>(r.evaluations[i].step))
           .field("val_loss", r.evaluations[i].val_loss).field("seconds", r.evaluations[i].seconds).end();
@@ -390,7 +409,8 @@ int main(int argc, char** argv) try {
       .flag("seed", "1", "seed of the initialisation, the data order and the sample", "N")
       .flag("sample", "240", "print N generated characters after training (0: none)", "N")
       .flag("json", "", "write the summary as JSON to FILE", "FILE")
-      .flag("csv", "", "write every step (level, interval, step, loss, loss scale, skipped) to FILE", "FILE");
+      .flag("csv", "", "write every step (level, interval, step, loss, loss scale, skipped) to FILE", "FILE")
+      .toggle("graph", false, "capture the training step once and replay it per batch (a CUDA graph on the GPU)");
   if (!args.parse(argc, argv)) return 0;
   examples::watch_interrupts();  // before any thread starts (see run.hpp)
   Settings s;
@@ -415,6 +435,7 @@ int main(int argc, char** argv) try {
   s.threads = static_cast<int>(args.integer("threads", 0, 4096));
   s.data = args.str("data");
   s.tty = isatty(fileno(stdout)) != 0;
+  s.graph = args.on("graph");
   const auto levels = examples::parse_levels(args.str("opt-level"));
   const bool gpu = examples::use_gpu(args.str("device"));
   examples::Outputs outputs;

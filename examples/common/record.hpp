@@ -1,6 +1,12 @@
 #pragma once
-// Per-step figures kept on the device (loss, loss scale, skipped steps so far)
-// and downloaded once per epoch or interval, so the training loop never waits.
+// Per-step figures kept on the device (loss, loss scale, skipped steps so far),
+// written by the step itself into the next slot of a buffer: the slot index is
+// a device counter, so a captured step (amp::CapturedStep) records each replay
+// in its own slot. They are downloaded once per epoch or interval, and the
+// console's progress reads a lagging mirror of the newest: the training loop
+// never waits for the device.
+#include <cstdio>
+
 #include <amp/amp.hpp>
 
 namespace examples {
@@ -10,18 +16,93 @@ struct StepRecord {
   long long skipped;
 };
 
-struct RecordStepOp {
-  StepRecord* out;
-  const amp::nn::LossValue* loss;
-  const amp::ScalerState* scaler;
-  AMP_HOST_DEVICE void operator()(std::size_t) const { *out = {loss->value, scaler->scale, scaler->skipped}; }
+struct RecordState {
+  long long next;   // the slot the next step writes
+  StepRecord last;  // the newest record, what the progress line shows
 };
 
-// Records the step into slot `at` of `records`.
-template <amp::Backend B, class Loss, class Optimizer>
-void record_step(amp::Context<B>& ctx, amp::Buffer<StepRecord, B>& records, std::int64_t at, const Loss& loss,
-                 Optimizer& opt) {
-  amp::for_each(ctx, 1, RecordStepOp{records.data() + at, loss.value_ptr(), opt.scaler().state_ptr()});
+struct RecordStepOp {
+  StepRecord* slots;
+  long long capacity;
+  RecordState* state;
+  const amp::nn::LossValue* loss;
+  const amp::ScalerState* scaler;
+  AMP_HOST_DEVICE void operator()(std::size_t) const {
+    const StepRecord r{loss->value, scaler->scale, scaler->skipped};
+    state->last = r;
+    if (state->next < capacity) slots[state->next++] = r;
+  }
+};
+
+template <amp::Backend B>
+class StepRecords {
+ public:
+  StepRecords(amp::Context<B>& ctx, std::size_t capacity)
+      : slots_(ctx, capacity, amp::memory_kind::workspace), state_(ctx, 1, amp::memory_kind::workspace), newest_(ctx) {
+    restart(ctx);
+  }
+  // The next step writes slot 0 again.
+  void restart(amp::Context<B>& ctx) { amp::upload(ctx, state_.span(), &start_, 1); }
+  // The step's record into the next slot (one launch; capturable).
+  template <class Loss, class Optimizer>
+  void record(amp::Context<B>& ctx, const Loss& loss, Optimizer& opt) {
+    amp::for_each(ctx, 1, RecordStepOp{slots_.data(), static_cast<long long>(slots_.size()), state_.data(),
+                                       loss.value_ptr(), opt.scaler().state_ptr()});
+  }
+  // The first n records (a sync).
+  std::vector<StepRecord> download(amp::Context<B>& ctx, std::size_t n) const {
+    return amp::download(ctx, amp::Span<const StepRecord>(slots_.data(), n));
+  }
+  // The newest record whose copy has landed, or nullptr (no sync: it lags a step or two on a GPU).
+  const StepRecord* newest(amp::Context<B>& ctx) {
+    newest_.refresh(ctx, state_.data());
+    const RecordState* s = newest_.latest();
+    return s && s->next > 0 ? &s->last : nullptr;
+  }
+
+ private:
+  static constexpr RecordState start_{0, {0.0f, 0.0f, 0}};
+  amp::Buffer<StepRecord, B> slots_;
+  amp::Buffer<RecordState, B> state_;
+  amp::Mirror<RecordState, B> newest_;
+};
+
+// The host work of a training loop after its first step, from amp's counters
+// (amp::Counters): syncs, allocations, pageable copies, and the launches of one
+// step. Zeros are what lets the step be one CUDA graph; the examples' JSON
+// reports them.
+class LoopCounters {
+ public:
+  // Runs one training step (f) and counts it, unless it is the loop's first.
+  template <amp::Backend B, class F>
+  void step(amp::Context<B>& ctx, F&& f) {
+    const amp::Counters before = ctx.counters();
+    f();
+    const amp::Counters d = ctx.counters() - before;
+    if (steps_++ == 0) return;
+    syncs_ += d.syncs, allocations_ += d.allocations, pageable_ += d.pageable_copies;
+    if (steps_ == 2) launches_ = d.launches;
+  }
+  long long syncs() const { return static_cast<long long>(syncs_); }
+  long long allocations() const { return static_cast<long long>(allocations_); }
+  long long pageable_copies() const { return static_cast<long long>(pageable_); }
+  // Launches of the second step, as amp counts them (a replayed graph counts none: ask the CapturedStep).
+  long long launches() const { return static_cast<long long>(launches_); }
+
+ private:
+  std::size_t steps_ = 0, syncs_ = 0, allocations_ = 0, pageable_ = 0, launches_ = 0;
+};
+
+// The loop's host work per level as a table (rows with level, the *_in_loop
+// counts, launches_per_step, graph_nodes and step_ms).
+template <class Rows>
+void print_loop_counters(const Rows& rows) {
+  std::printf("\nafter the first step (zeros: the step can be one CUDA graph)\n");
+  std::printf("%-8s %6s %7s %9s %9s %6s %9s\n", "level", "syncs", "allocs", "pageable", "launches", "nodes",
+              "ms/step");
+  for (const auto& r : rows)
+    std::printf("%-8s %6lld %7lld %9lld %9lld %6lld %9.3f\n", r.level.c_str(), r.host_syncs_in_loop,
+                r.allocations_in_loop, r.pageable_copies_in_loop, r.launches_per_step, r.graph_nodes, r.step_ms);
 }
 
 }  // namespace examples

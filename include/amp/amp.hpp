@@ -3,6 +3,8 @@
 // Include this one header; the CUDA backend comes along when compiled by nvcc.
 #include "amp/backend/algorithm.hpp"
 #include "amp/backend/host.hpp"
+#include "amp/backend/staging.hpp"
+#include "amp/capture.hpp"
 #include "amp/policy.hpp"
 #include "amp/tensor.hpp"
 #if defined(__CUDACC__)

@@ -54,9 +54,22 @@ with tempfile.TemporaryDirectory() as tmp:
         assert abs(lv["val_loss"] / got["O0"]["val_loss"] - 1) < 0.03, (name, lv["val_loss"], got["O0"]["val_loss"])
         assert len(lv["sample"]) == 30 and lv["tokens_per_second"] > 0 and lv["peak_bytes"]["total"] > 0, name
         assert [e["step"] for e in lv["epochs"]] == [20, 40], lv["epochs"]
-        assert lv["allocations_in_loop"] == 0, (name, lv["allocations_in_loop"])
+        for key in ("host_syncs_in_loop", "allocations_in_loop", "pageable_copies_in_loop"):
+            assert lv[key] == 0, (name, key, lv[key])
+        assert lv["launches_per_step"] > 50 and lv["step_ms"] > 0, (name, lv["launches_per_step"])
     assert got["O0"]["final_loss_scale"] == 1 and got["O2"]["final_loss_scale"] >= 1, got["O2"]["final_loss_scale"]
     rows = list(csv.DictReader(open(csv_path)))
     assert len(rows) == steps * len(levels), len(rows)
     assert all(math.isfinite(float(row["loss"])) for row in rows)
+
+    # --graph, with dropout (its masks come from a counter on the device): the same training, bit for bit.
+    losses = {}
+    for graph in ([], ["--graph"]):
+        r = run("--data", data, "--steps", "12", "--eval-interval", "6", "--eval-batches", "2", "--sample", "0",
+                "--dropout", "0.1", "--opt-level", "O1-bf16", "--json", json_path, "--csv", csv_path, *graph)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+        (lv,) = json.load(open(json_path))["levels"]
+        assert (lv["graph_nodes"] > 50) == bool(graph) and lv["host_syncs_in_loop"] == 0, lv
+        losses[bool(graph)] = ([row["loss"] for row in csv.DictReader(open(csv_path))], lv["val_loss"])
+    assert losses[True] == losses[False], losses
 print("char_lm check passed")

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "amp/amp.hpp"
@@ -140,6 +141,25 @@ TEST_CASE("learning-rate schedules") {
   CHECK(opt.lr() == 0.5f);
 }
 
+TEST_CASE("a schedule of your own is tabulated once: the function's rates, the last one after the table") {
+  Context<host> ctx;
+  ParamFixture<O0Policy, host> f(ctx, {0.0f});
+  optim::SGD<O0Policy, host> opt(*f.params, {.lr = 1.0f});
+  const auto rate = [](std::int64_t t) { return 1.0f / static_cast<float>((t + 1) * (t + 1)); };  // no named form
+  opt.set_schedule(rate, 5);
+  double expect = 0.0;
+  for (int t = 0; t < 8; ++t) {
+    CHECK(opt.lr() == rate(std::min(t, 4)));
+    f.set_grads({1.0f});
+    opt.step();
+    expect -= rate(std::min(t, 4));
+  }
+  CHECK(f.values()[0] == doctest::Approx(expect).epsilon(1e-6));
+  CHECK_THROWS_WITH_AS(opt.set_schedule([](std::int64_t t) { return t == 2 ? -1.0f : 0.1f; }, 4),
+                       doctest::Contains("the rate of step 2 is -1"), Error);
+  CHECK_THROWS_WITH_AS(opt.set_schedule(rate, 0), doctest::Contains("steps > 0"), Error);
+}
+
 TEST_CASE("optimizer options are validated") {
   Context<host> ctx;
   ParamFixture<O0Policy, host> f(ctx, {0.0f});
@@ -161,7 +181,7 @@ TEST_CASE("parameter groups: their own learning rate and weight decay, in the sa
   store.initialize(0);
   optim::SGD<O0Policy, host> opt(store, {.lr = 0.1f, .weight_decay = 0.5f,
                                          .groups = {{.select = optim::select::no_decay, .lr = 0.01f, .weight_decay = 0.0f}}});
-  opt.set_schedule([](std::int64_t step) { return step == 0 ? 0.1f : 0.05f; });  // groups keep their ratio
+  opt.set_schedule(optim::StepLR{0.1f, 1, 0.5f});  // 0.1, then 0.05; groups keep their ratio
   for (int t = 0; t < 2; ++t) {
     upload(ctx, store.grads(w), std::vector<float>{1, 1});
     upload(ctx, store.grads(b), std::vector<float>{1, 1});

@@ -5,6 +5,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "amp/amp.hpp"
 #include "amp/data/loader.hpp"
 #include "amp/parallel.hpp"
+#include "support/no_host_work.hpp"
 #include "support/reference.hpp"
 #include "support/store_values.hpp"
 
@@ -153,6 +155,67 @@ TEST_CASE_TEMPLATE("2 ranks with batch B train as one process with batch 2B", P,
                 std::string(P::name).c_str(), first_step, first_bound, steps, worst, bound, std::string(P::name).c_str());
   CHECK(first_step <= first_bound);
   CHECK(worst <= bound);
+}
+
+// One rank's data-parallel training step with SyncBatchNorm, its batch half
+// staged into fixed buffers: what a captured step replays.
+template <Policy P>
+struct StagedDdp {
+  static constexpr std::int64_t B = 8;
+  Context<host>& ctx;
+  BnNet<P> net;
+  optim::SGD<P, host> opt;
+  parallel::DataParallel<optim::SGD<P, host>> ddp;
+  Buffer<float, host> x;
+  Buffer<std::int32_t, host> y;
+  Staging<float, host> stage_x;
+  Staging<std::int32_t, host> stage_y;
+  explicit StagedDdp(Context<host>& c)
+      : ctx(c), net(make_bn_net<P>(c, B, world)), opt(net.parameters(), {.lr = 0.1f, .momentum = 0.9f}, {.init_scale = 1024.0f}),
+        ddp(*world, opt, {.bucket_bytes = 256}), x(c, B * features, memory_kind::data), y(c, B, memory_kind::data),
+        stage_x(c, B * features), stage_y(c, B) {}
+  void load(int step) {
+    const Batch b = global_batch(2 * B, step);
+    const std::int64_t first = world->rank() * B;
+    std::copy_n(b.x.data() + first * features, B * features, stage_x.next().data);
+    std::copy_n(b.labels.data() + first, B, stage_y.next().data);
+    stage_x.upload(x.span(), x.size());
+    stage_y.upload(y.span(), y.size());
+  }
+  void step() {
+    auto loss = nn::cross_entropy(ctx, net.forward(ctx, matrix<const float>(x.data(), B, features)),
+                                  Span<const std::int32_t>(y.span()));
+    opt.zero_grad();
+    {
+      auto scaled = scale_loss(loss, opt);
+      scaled.backward();
+    }
+    opt.step();
+  }
+};
+
+TEST_CASE_TEMPLATE("data parallel: no sync, allocation or pageable copy after the first step; a captured step replays "
+                   "as eager steps", P, O0Policy, O2Policy, O2BF16Policy) {
+  Context<host> ctx(1);
+  StagedDdp<P> eager(ctx), replayed(ctx);
+  eager.load(0);
+  eager.step();
+  const Counters first = ctx.counters();
+  for (int s = 1; s < 6; ++s) {
+    eager.load(s);
+    eager.step();
+  }
+  const Counters d = ctx.counters() - first;
+  test::check_no_host_work(d);
+  replayed.load(0);
+  CapturedStep step(ctx, [&] { replayed.step(); });
+  for (int s = 1; s < 6; ++s) {
+    replayed.load(s);
+    step.replay();
+  }
+  CHECK(fingerprint(replayed.net.parameters()) == fingerprint(eager.net.parameters()));
+  CHECK(same_on_every_rank(fingerprint(replayed.net.parameters())));
+  CHECK(replayed.opt.applied_steps() == 6);
 }
 
 TEST_CASE("reduce_in_fp32 sums fp32 copies of bf16 gradients: closer to one process") {

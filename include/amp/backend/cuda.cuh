@@ -5,5 +5,7 @@
 #endif
 #include "amp/backend/cuda/algorithm.cuh"
 #include "amp/backend/cuda/context.cuh"
+#include "amp/backend/cuda/fence.cuh"
 #include "amp/backend/cuda/gemm.cuh"
+#include "amp/backend/cuda/graph.cuh"
 #include "amp/backend/cuda/mirror.cuh"

@@ -2,5 +2,7 @@
 // The CPU backend: context, element-wise launches and reductions, oneDNN GEMMs.
 #include "amp/backend/host/algorithm.hpp"
 #include "amp/backend/host/context.hpp"
+#include "amp/backend/host/fence.hpp"
 #include "amp/backend/host/gemm.hpp"
+#include "amp/backend/host/graph.hpp"
 #include "amp/backend/host/mirror.hpp"

@@ -1,9 +1,12 @@
 #pragma once
 // A seeded, shuffling mini-batch loader over images held in host memory. Each
-// batch is normalised into a host buffer and uploaded into backend buffers
-// planned for the batch size, so iterating allocates nothing. The last partial
-// batch is kept (a smaller batch, not dropped or padded). Batches come flat
-// [N, rows*cols] (for an MLP) or as channels-last images [N, rows, cols, 1].
+// batch is normalised into pinned host memory (Staging) and copied
+// asynchronously on the context's stream into backend buffers planned for the
+// batch size, so iterating allocates nothing, does no pageable copy and does
+// not wait for the stream. The batch buffers are the same every batch: a
+// captured step reads each new batch from them. The last partial batch is kept
+// (a smaller batch, not dropped or padded). Batches come flat [N, rows*cols]
+// (for an MLP) or as channels-last images [N, rows, cols, 1].
 //
 // Data parallel (shard = {rank, ranks}): every rank draws the same permutation
 // (same seed) and global batch b holds batch_size x ranks samples of it; rank
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "amp/backend/buffer.hpp"
+#include "amp/backend/staging.hpp"
 #include "amp/backend/host/convert.hpp"
 #include "amp/core/numeric.hpp"
 #include "amp/data/idx.hpp"
@@ -60,11 +64,11 @@ class Loader {
         opt_(opt),
         features_(set.rows * set.cols),
         order_(static_cast<std::size_t>(set.count)),
-        host_x_(static_cast<std::size_t>(opt.batch_size * features_)),
-        host_y_(static_cast<std::size_t>(opt.batch_size)),
         row_(static_cast<std::size_t>(features_)),
-        x_(ctx, host_x_.size(), memory_kind::data),
-        y_(ctx, host_y_.size(), memory_kind::data),
+        stage_x_(ctx, static_cast<std::size_t>(opt.batch_size * features_)),
+        stage_y_(ctx, static_cast<std::size_t>(opt.batch_size)),
+        x_(ctx, static_cast<std::size_t>(opt.batch_size * features_), memory_kind::data),
+        y_(ctx, static_cast<std::size_t>(opt.batch_size), memory_kind::data),
         gen_(opt.seed) {
     AMP_REQUIRE(opt.batch_size > 0, "Loader: batch_size must be positive, got ", opt.batch_size);
     AMP_REQUIRE(opt.stddev > 0, "Loader: stddev must be positive");
@@ -96,16 +100,18 @@ class Loader {
   Batch batch(std::int64_t b) {
     AMP_REQUIRE(b >= 0 && b < batches(), "Loader: batch ", b, " of ", batches());
     const auto [begin, rows] = shard(b);
+    T* x = stage_x_.next().data;
+    std::int32_t* y = stage_y_.next().data;
     const float a = 1.0f / (255.0f * opt_.stddev), c = -opt_.mean / opt_.stddev;
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t src = order_[static_cast<std::size_t>(begin + r)];
       const std::uint8_t* p = set_->pixels.data() + src * features_;
       for (std::int64_t i = 0; i < features_; ++i) row_[static_cast<std::size_t>(i)] = static_cast<float>(p[i]) * a + c;
-      amp::detail::convert_n(row_.data(), host_x_.data() + r * features_, row_.size());  // one rounding, in bulk
-      host_y_[static_cast<std::size_t>(r)] = set_->labels[static_cast<std::size_t>(src)];
+      amp::detail::convert_n(row_.data(), x + r * features_, row_.size());  // one rounding, in bulk
+      y[r] = set_->labels[static_cast<std::size_t>(src)];
     }
-    upload(*ctx_, x_.span(), host_x_.data(), static_cast<std::size_t>(rows * features_));
-    upload(*ctx_, y_.span(), host_y_.data(), static_cast<std::size_t>(rows));
+    stage_x_.upload(x_.span(), static_cast<std::size_t>(rows * features_));
+    stage_y_.upload(y_.span(), static_cast<std::size_t>(rows));
     const Shape shape = opt_.layout == Layout::image ? Shape{rows, set_->rows, set_->cols, 1} : Shape{rows, features_};
     return {TensorView<const T>(x_.data(), shape), Span<const std::int32_t>(y_.data(), static_cast<std::size_t>(rows))};
   }
@@ -145,18 +151,17 @@ class Loader {
     return {start + r * base + std::min<std::int64_t>(r, extra), base + (r < extra ? 1 : 0)};
   }
 
-  // Host labels of the current batch order (for accuracy on the host).
-  const std::vector<std::int32_t>& host_labels() const { return host_y_; }
 
  private:
+
   Context<B>* ctx_;
   const LabelledImages* set_;
   Options opt_;
   std::int64_t features_;
   std::vector<std::int64_t> order_;
-  std::vector<T> host_x_;
-  std::vector<std::int32_t> host_y_;
   std::vector<float> row_;
+  Staging<T, B> stage_x_;
+  Staging<std::int32_t, B> stage_y_;
   Buffer<T, B> x_;
   Buffer<std::int32_t, B> y_;
   std::mt19937_64 gen_;

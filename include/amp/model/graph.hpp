@@ -72,6 +72,11 @@ struct LossValue {
 };
 
 namespace detail {
+struct CountForwardOp {
+  std::uint64_t* forwards;
+  AMP_HOST_DEVICE void operator()(std::size_t) const { ++*forwards; }
+};
+
 // Host-side storage of the backward closures, reused from step to step.
 template <class G>
 class Tape {
@@ -137,7 +142,10 @@ class Graph {
   static constexpr int max_losses = 64;
 
   Graph(Context<B>& ctx, ParameterStore<P, B>& params, std::uint64_t seed = 0)
-      : ctx_(&ctx), params_(&params), seed_(seed), losses_(ctx, max_losses, memory_kind::activations) {}
+      : ctx_(&ctx), params_(&params), seed_(seed), losses_(ctx, max_losses, memory_kind::activations),
+        forwards_run_(ctx, 1, memory_kind::activations) {
+    fill(ctx, forwards_run_.span(), std::uint64_t{0});
+  }
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
@@ -213,11 +221,14 @@ class Graph {
 
   // A random stream for an op of this forward (dropout): the same bits on
   // every backend for the same seed, forward and op.
-  std::uint64_t random_stream() { return detail::mix64(seed_ ^ detail::mix64(forward_count_ * 1024 + stream_++)); }
+  detail::RandomStream random_stream() { return {forwards_run_.data(), seed_, stream_++}; }
 
-  // Forwards run so far: with the seed, what the random streams (dropout) depend on.
-  std::uint64_t forward_count() const { return forward_count_; }
-  void set_forward_count(std::uint64_t n) { forward_count_ = n; }
+  // Forwards run so far (one sync): with the seed, what the random streams
+  // (dropout) depend on. Counted in backend memory, by each forward.
+  std::uint64_t forward_count() const {
+    return download_one(*ctx_, static_cast<const std::uint64_t*>(forwards_run_.data()));
+  }
+  void set_forward_count(std::uint64_t n) { upload(*ctx_, forwards_run_.span(), &n, 1); }
 
   // Starts a forward: it joins the iteration in progress while that holds a
   // training-mode forward not yet back-propagated and has room for it, else
@@ -228,7 +239,7 @@ class Graph {
     ++forwards_;
     has_training_forward_ = has_training_forward_ || training_ || planning_;
     stream_ = 0;
-    if (!planning_) ++forward_count_;
+    if (!planning_) for_each(*ctx_, 1, detail::CountForwardOp{forwards_run_.data()});
   }
   // Forwards in the iteration in progress.
   int forwards() const { return forwards_; }
@@ -346,7 +357,8 @@ class Graph {
   std::size_t block_ = 0, offset_ = 0, planned_bytes_ = 0;
   Buffer<LossValue, B> losses_;
   int loss_count_ = 0;
-  std::uint64_t forward_count_ = 0, stream_ = 0;
+  Buffer<std::uint64_t, B> forwards_run_;
+  std::uint64_t stream_ = 0;
 };
 
 }  // namespace amp::nn

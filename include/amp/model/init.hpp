@@ -59,6 +59,15 @@ AMP_HOST_DEVICE inline float unit_uniform(std::uint64_t seed, std::uint64_t inde
   return static_cast<float>(bits) * 5.9604644775390625e-8f;  // bits * 2^-24
 }
 
+// An op's random stream (dropout), keyed on the device: the forward counter
+// is read there when the op runs, so a replayed CUDA graph draws new masks
+// every step, the same bits as eager steps on every backend.
+struct RandomStream {
+  const std::uint64_t* forwards = nullptr;  // backend memory: forwards run so far
+  std::uint64_t seed = 0, op = 0;
+  AMP_HOST_DEVICE std::uint64_t key() const { return mix64(seed ^ mix64(*forwards * 1024 + op)); }
+};
+
 // The value of element `index` of a parameter initialised by `init`.
 inline float init_value(Init init, std::uint64_t seed, std::uint64_t index) {
   if (init.k == Init::kind::constant) return init.a;

@@ -60,10 +60,11 @@ struct FromHeadsOp {
   }
 };
 
-// The keep decision of attention dropout for entry j of row r (the same bits on every backend).
-AMP_HOST_DEVICE inline bool attention_keep(std::uint64_t stream, std::int64_t row, std::int64_t time, std::int64_t j,
+// The keep decision of attention dropout for entry j of row r (the same bits on
+// every backend); key is the op's RandomStream key, read once per row.
+AMP_HOST_DEVICE inline bool attention_keep(std::uint64_t key, std::int64_t row, std::int64_t time, std::int64_t j,
                                            float p) {
-  return p == 0.0f || unit_uniform(stream, static_cast<std::uint64_t>(row * time + j)) >= p;
+  return p == 0.0f || unit_uniform(key, static_cast<std::uint64_t>(row * time + j)) >= p;
 }
 
 // One row of scores (query t of one head): the causal softmax in C, rounded
@@ -74,11 +75,12 @@ struct CausalSoftmaxOp {
   G* probs;
   G* dropped;  // == probs without dropout
   std::int64_t time;
-  std::uint64_t stream;
+  RandomStream stream;  // unread without dropout
   float p, keep_scale;
   AMP_HOST_DEVICE void operator()(std::size_t r) const {
     const auto row = static_cast<std::int64_t>(r);
     const std::int64_t t = row % time;
+    const std::uint64_t key = p > 0.0f ? stream.key() : 0;
     const S* s = scores + row * time;
     float max = cast<float>(s[0]);
     for (std::int64_t j = 1; j <= t; ++j) max = cast<float>(s[j]) > max ? cast<float>(s[j]) : max;
@@ -91,7 +93,7 @@ struct CausalSoftmaxOp {
       const float v = j <= t ? round_to<C>(round_to<C>(amp::detail::exp_poly(cast<float>(s[j]) - max)) * inv) : 0.0f;
       out[j] = cast<G>(v);
       if (dropped != probs)
-        out_dropped[j] = cast<G>(attention_keep(stream, row, time, j, p) ? round_to<C>(v * keep_scale) : 0.0f);
+        out_dropped[j] = cast<G>(attention_keep(key, row, time, j, p) ? round_to<C>(v * keep_scale) : 0.0f);
     }
   }
 };
@@ -103,21 +105,22 @@ struct CausalSoftmaxGradOp {
   const G* probs;
   G* d_scores;
   std::int64_t time;
-  std::uint64_t stream;
+  RandomStream stream;  // unread without dropout
   float p, keep_scale;
-  AMP_HOST_DEVICE float d_prob(std::int64_t row, std::int64_t j) const {
+  AMP_HOST_DEVICE float d_prob(std::uint64_t key, std::int64_t row, std::int64_t j) const {
     const float g = d_dropped[row * time + j];
-    return attention_keep(stream, row, time, j, p) ? g * (p == 0.0f ? 1.0f : keep_scale) : 0.0f;
+    return attention_keep(key, row, time, j, p) ? g * (p == 0.0f ? 1.0f : keep_scale) : 0.0f;
   }
   AMP_HOST_DEVICE void operator()(std::size_t r) const {
     const auto row = static_cast<std::int64_t>(r);
     const std::int64_t t = row % time;
+    const std::uint64_t key = p > 0.0f ? stream.key() : 0;
     const G* pr = probs + row * time;
     float dot = 0.0f;
-    for (std::int64_t j = 0; j <= t; ++j) dot += d_prob(row, j) * cast<float>(pr[j]);
+    for (std::int64_t j = 0; j <= t; ++j) dot += d_prob(key, row, j) * cast<float>(pr[j]);
     G* ds = d_scores + row * time;
     for (std::int64_t j = 0; j < time; ++j)
-      ds[j] = cast<G>(j <= t ? round_to<C>(cast<float>(pr[j]) * (d_prob(row, j) - dot)) : 0.0f);
+      ds[j] = cast<G>(j <= t ? round_to<C>(cast<float>(pr[j]) * (d_prob(key, row, j) - dot)) : 0.0f);
   }
 };
 }  // namespace detail
@@ -174,7 +177,7 @@ class CausalSelfAttention {
     const auto per_head = static_cast<std::size_t>(n * time * s.dim), scores = static_cast<std::size_t>(n * time * time);
     const auto head_rows = static_cast<std::size_t>(n * time);
     const float p = g.training() ? s.dropout : 0.0f, alpha = 1.0f / std::sqrt(static_cast<float>(s.dim));
-    const std::uint64_t stream = p > 0.0f && !g.planning() ? g.random_stream() : 0;
+    const detail::RandomStream stream = p > 0.0f ? g.random_stream() : detail::RandomStream{};
     const auto layout = [&](int part) {
       return detail::HeadLayout{time, s.heads, s.dim, 3 * s.features, part * s.features};
     };
@@ -209,7 +212,7 @@ class CausalSelfAttention {
   }
 
   static void backward(Graph<P, B>& g, const Spec& s, Var<T> qkv, Var<T> y, const G* q, const G* k, const G* v,
-                       const G* probs, const G* dropped, std::uint64_t stream, float p, float alpha) {
+                       const G* probs, const G* dropped, detail::RandomStream stream, float p, float alpha) {
     const T* dy = g.grad(y);
     if (!dy) return;
     auto& ctx = g.context();

@@ -71,11 +71,11 @@ template <class C, class T>
 struct DropoutOp {
   const T* x;
   T* y;
-  std::uint64_t stream;
+  RandomStream stream;
   float p, keep_scale;
   bool accumulate;  // backward: y is dx, x is dy
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    const bool keep = unit_uniform(stream, i) >= p;
+    const bool keep = unit_uniform(stream.key(), i) >= p;
     const float v = keep ? round_to<C>(cast<float>(x[i]) * keep_scale) : 0.0f;
     store_grad(y, i, v, accumulate);
   }
@@ -165,7 +165,7 @@ Var<typename P::activation_type> dropout(Graph<P, B>& g, Var<typename P::activat
   g.require_current(x, "dropout");
   if (!g.training() || p == 0.0f) return x;
   Var<T> y = g.template tensor<T>(x.shape);
-  const std::uint64_t stream = g.random_stream();
+  const detail::RandomStream stream = g.random_stream();
   const float keep_scale = 1.0f / (1.0f - p);
   for_each(g.context(), x.size(), detail::DropoutOp<C, T>{x.data, y.data, stream, p, keep_scale, false});
   g.on_backward([=](Graph<P, B>& gb) {

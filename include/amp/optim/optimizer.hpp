@@ -12,8 +12,10 @@
 // The three-line form's step() is its own scaler's PyTorch sequence:
 // scaler().step(*this); scaler().update().
 #include <cmath>
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -73,6 +75,7 @@ class FusedOptimizer {
         ctx_(&check_stores(stores_)),
         gradients_(*ctx_, stores_, common_.per_tensor_norms),
         state_(*ctx_, 1, memory_kind::optimizer),
+        hyper_(*ctx_, 1, memory_kind::optimizer),
         values_(*ctx_, 1, memory_kind::optimizer),
         scaler_(*ctx_, scaler) {
     AMP_REQUIRE(lr >= 0 && std::isfinite(lr), "optimizer: learning rate must be finite and >= 0, got ", lr);
@@ -88,6 +91,7 @@ class FusedOptimizer {
     }
     const OptimizerState init{};
     upload(*ctx_, state_.span(), &init, 1);
+    upload_hyper();
   }
   FusedOptimizer(Store& store, Rule rule, float lr, float weight_decay, CommonOptions common,
                  ScalerConfig scaler = default_scaler_config<P>())
@@ -97,13 +101,61 @@ class FusedOptimizer {
 
   Context<B>& context() const { return *ctx_; }
   const std::vector<Store*>& stores() const { return stores_; }
-  float lr() const { return lr_; }
-  void set_lr(float lr) { lr_ = lr; }
-  // schedule(step) sets the learning rate before each step (groups keep their ratio to it).
-  void set_schedule(std::function<float(std::int64_t)> schedule) { schedule_ = std::move(schedule); }
-  // Steps taken (applied or skipped), as a schedule sees them.
-  std::int64_t steps() const { return steps_; }
-  void set_steps(std::int64_t s) { steps_ = s; }
+  // The rate of the next step (with a schedule: one sync, for its position).
+  float lr() const {
+    if (!scheduled_) return lr_;
+    Schedule here = schedule_;
+    if (here.k == Schedule::kind::table) here.table = table_.data();  // the host's copy
+    return here(steps());
+  }
+  // A constant rate from the next step on (ends a schedule); groups keep their ratio to it.
+  void set_lr(float lr) {
+    AMP_REQUIRE(lr >= 0 && std::isfinite(lr), "optimizer: set_lr(", lr, "): the rate must be finite and >= 0");
+    lr_ = lr, scheduled_ = false;
+    upload_hyper();
+  }
+  // The rate follows schedule(step) (evaluated on the device by each step;
+  // groups keep their ratio to it). StepLR, CosineLR and LinearWarmup convert.
+  void set_schedule(const Schedule& schedule) {
+    AMP_REQUIRE(schedule.step_size > 0 && schedule.total_steps > 0 && schedule.warmup_steps >= 0 &&
+                    std::isfinite(schedule.base_lr) && schedule.base_lr >= 0,
+                "optimizer: set_schedule: need step_size > 0, total_steps > 0, warmup_steps >= 0 and a finite base "
+                "rate >= 0");
+    AMP_REQUIRE(schedule.k != Schedule::kind::table || schedule.table == table_device_.data(),
+                "optimizer: set_schedule: a table schedule comes from set_schedule(function, steps)");
+    schedule_ = schedule, scheduled_ = true;
+    upload_hyper();
+  }
+  // Any rate as a function of the step (skipped steps count), evaluated here
+  // once for steps 0 .. steps-1 into backend memory; later steps keep the last
+  // rate. So a schedule of your own costs a step no host work either, and a
+  // replayed step follows it.
+  void set_schedule(const std::function<float(std::int64_t)>& rate, std::int64_t steps) {
+    AMP_REQUIRE(rate && steps > 0, "optimizer: set_schedule(function, steps): need a function and steps > 0, got ",
+                steps);
+    std::vector<float> table(static_cast<std::size_t>(steps));
+    for (std::int64_t i = 0; i < steps; ++i) {
+      const float r = rate(i);
+      AMP_REQUIRE(std::isfinite(r) && r >= 0, "optimizer: set_schedule: the rate of step ", i, " is ", r,
+                  "; rates must be finite and >= 0");
+      table[static_cast<std::size_t>(i)] = r;
+    }
+    // The step reads the table's address from the hyper-parameters in backend
+    // memory too, so a captured step follows a new table.
+    table_device_ = Buffer<float, B>(*ctx_, table.size(), memory_kind::optimizer);
+    upload(*ctx_, table_device_.span(), table);
+    table_ = std::move(table);
+    Schedule s;
+    s.k = Schedule::kind::table, s.base_lr = base_lr_, s.table = table_device_.data(), s.table_size = steps;
+    set_schedule(s);
+  }
+  // Steps taken (applied or skipped), as a schedule sees them (one sync).
+  std::int64_t steps() const { return state().steps; }
+  void set_steps(std::int64_t s) {
+    OptimizerState st = state();
+    st.steps = s;
+    set_state(st);
+  }
   const CommonOptions& options() const { return common_; }
 
   // Data parallel's hook (nullptr: none).
@@ -135,29 +187,33 @@ class FusedOptimizer {
   // times 1 / *scale (nullptr: no scaling; ignored when they are unscaled in
   // fp32 already), clipped, skipped on the device if they overflowed.
   void apply(const float* scale) {
-    if (schedule_) lr_ = schedule_(steps_);
     const bool unscaled = gradients_.unscaled();
     if (unscaled) scale = nullptr;
     // Unscaled gradients carry data parallel's factor already.
     const float inv_acc = (unscaled ? 1.0f : gradients_.factor()) / static_cast<float>(common_.accumulation_steps);
     if (unscaled && common_.max_grad_norm > 0) gradients_.restat_unscaled();  // clip what the step will use
-    const GroupValues hp = group_values();
     if constexpr (std::is_same_v<B, host>) {
-      // Host memory: the prologue runs here, and the pass gets its values by value (and vectorises).
-      const StepValues v = detail::prepare_step(rule_, *state_.data(), *gradients_.stats(), scale,
-                                                *gradients_.found_inf(), common_.max_grad_norm, inv_acc);
-      *values_.data() = v;
-      if (!v.skip) each_role([&](auto& st, auto& g) { pass(st, g, hp, v); });
+      // Host memory: the prologue runs in one launch with the passes, which get
+      // its values by value (and vectorise), or are skipped.
+      ctx_->count_launch();
+      each_role([&](auto& st, auto&) { ctx_->count_launch(st.arena->count() ? 1 : 0); });  // the passes, as the GPU's
+      ctx_->issue([this, scale, inv_acc, unscaled] {
+        const StepValues v = detail::prepare_step(rule_, *state_.data(), *hyper_.data(), *gradients_.stats(), scale,
+                                                  *gradients_.found_inf(), common_.max_grad_norm, inv_acc);
+        *values_.data() = v;
+        if (!v.skip) each_role([&](auto& st, auto& g) { pass(st, g, v, unscaled); });
+      });
     } else {
-      for_each(*ctx_, 1, detail::PrepareStepOp<Rule>{rule_, state_.data(), gradients_.stats(), scale,
+      for_each(*ctx_, 1, detail::PrepareStepOp<Rule>{rule_, state_.data(), hyper_.data(), gradients_.stats(), scale,
                                                      gradients_.found_inf(), common_.max_grad_norm, inv_acc,
                                                      values_.data()});
-      each_role([&](auto& st, auto& g) { pass(st, g, hp, static_cast<const StepValues*>(values_.data())); });
+      each_role([&](auto& st, auto& g) { pass(st, g, static_cast<const StepValues*>(values_.data()), unscaled); });
     }
     for_each(*ctx_, 1, detail::AdvanceStateOp{state_.data(), values_.data()});
     gradients_.end_iteration();
-    for (Store* s : stores_) s->mark_updated();
-    ++steps_;
+    mark_updated();
+    // Each replay of a captured step updates the weights again: cast caches read after it must refresh.
+    if (ctx_->capturing()) ctx_->after_each_replay([this] { mark_updated(); });
   }
 
   // --- inspection and checkpoints -----------------------------------------------
@@ -189,6 +245,10 @@ class FusedOptimizer {
     RoleState<nn::role::weight> weights;
     RoleState<nn::role::norm> norms;
   };
+
+  void mark_updated() {
+    for (Store* s : stores_) s->mark_updated();
+  }
 
   // f(state, gradients) for each role of each store.
   template <class F>
@@ -230,20 +290,26 @@ class FusedOptimizer {
     upload(*ctx_, a.ids.span(), ids);
   }
 
+  // One role's fused step; on the host it runs inside the step's launch, so
+  // it launches directly and reads no host flag that may change before a replay.
   template <class S, class G, class Values>
-  void pass(S& st, G& grads, const GroupValues& hp, Values values) {
+  void pass(S& st, G& grads, Values values, bool unscaled) {
     using Arena = typename S::Arena;
     float* master = nullptr;
     if constexpr (Arena::has_master) master = st.arena->master().data;
     float* s1 = Rule::state_buffers > 0 ? st.state[0].data() : nullptr;
     float* s2 = Rule::state_buffers > 1 ? st.state[1].data() : nullptr;
     auto launch = [&]<class Grad, bool Grouped>(const Grad* g) {
-      for_each(*ctx_, st.arena->count(),
-               detail::FusedStepOp<typename Arena::stored_type, Grad, Rule, Arena::has_master, Grouped, Values>{
-                   st.arena->values().data, master, g, s1, s2, st.ids.data(), rule_, hp, values});
+      const detail::FusedStepOp<typename Arena::stored_type, Grad, Rule, Arena::has_master, Grouped, Values> op{
+          st.arena->values().data, master, g, s1, s2, st.ids.data(), rule_, values};
+      if constexpr (std::is_same_v<B, host>) {
+        if (st.arena->count()) amp::detail::for_each_now(ctx_->threads(), st.arena->count(), op, 1);
+      } else {
+        for_each(*ctx_, st.arena->count(), op);
+      }
     };
     const bool grouped = !common_.groups.empty();
-    if (gradients_.unscaled()) {
+    if (unscaled) {
       const float* g = grads.unscaled.data();
       grouped ? launch.template operator()<float, true>(g) : launch.template operator()<float, false>(g);
     } else {
@@ -253,15 +319,18 @@ class FusedOptimizer {
     }
   }
 
-  GroupValues group_values() const {
-    GroupValues hp;
-    hp.lr[0] = lr_, hp.wd[0] = weight_decay_;
+  // The hyper-parameters into backend memory: at construction and when they change, never per step.
+  void upload_hyper() {
+    Hyper h;
+    h.lr = lr_, h.base_lr = base_lr_, h.scheduled = scheduled_ ? 1 : 0, h.schedule = schedule_;
+    std::fill(std::begin(h.own_lr), std::end(h.own_lr), -1.0f);
+    std::fill(std::begin(h.wd), std::end(h.wd), weight_decay_);
     for (std::size_t k = 0; k < common_.groups.size(); ++k) {
       const auto& g = common_.groups[k];
-      hp.lr[k + 1] = g.lr ? *g.lr * (lr_ / base_lr_) : lr_;  // a schedule scales every group alike
-      hp.wd[k + 1] = g.weight_decay ? *g.weight_decay : weight_decay_;
+      if (g.lr) h.own_lr[k + 1] = *g.lr;  // a schedule scales every group alike
+      if (g.weight_decay) h.wd[k + 1] = *g.weight_decay;
     }
-    return hp;
+    upload(*ctx_, hyper_.span(), &h, 1);
   }
 
   std::vector<Store*> stores_;
@@ -271,10 +340,13 @@ class FusedOptimizer {
   Context<B>* ctx_;
   Gradients<P, B> gradients_;
   Buffer<OptimizerState, B> state_;
+  Buffer<Hyper, B> hyper_;
   Buffer<StepValues, B> values_;
   std::vector<StoreState> states_;
-  std::function<float(std::int64_t)> schedule_;
-  std::int64_t steps_ = 0;
+  Schedule schedule_;
+  bool scheduled_ = false;
+  std::vector<float> table_;       // set_schedule(function, steps): the rates, on the host
+  Buffer<float, B> table_device_;  // and in backend memory, where the step reads them
   int micro_ = 0;
   Scaler scaler_;
 };

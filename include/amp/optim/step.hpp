@@ -9,41 +9,70 @@
 #include <cstdint>
 
 #include "amp/core/numeric.hpp"
+#include "amp/optim/schedule.hpp"
 #include "amp/scaling/grad_stats.hpp"
 
 namespace amp::optim {
 
 inline constexpr int max_groups = 8;
 
-// Step count and bias-correction products, advanced on the device by good steps only.
+// Step count and bias-correction products, advanced on the device by good
+// steps only; `steps` counts every step, skipped or not (a schedule's position).
 struct OptimizerState {
   long long t = 0;
   float beta1_pow = 1.0f;
   float beta2_pow = 1.0f;
+  long long steps = 0;
 };
 
-// This step's values, from the prologue: skip, the gradient coefficient
-// (unscale x clip x 1/accumulation) and the bias-correction products after it.
-struct StepValues {
-  int skip = 0;
-  float coef = 1.0f;
-  long long t = 0;  // this step's number, from 1
-  float beta1_pow = 1.0f, beta2_pow = 1.0f;
-};
-
-// Per-group hyper-parameters, by value into the pass.
+// Per-group learning rate and weight decay of one step.
 struct GroupValues {
   float lr[max_groups] = {};
   float wd[max_groups] = {};
 };
 
+// The optimizer's hyper-parameters as the prologue reads them (backend
+// memory, changed by set_lr / set_schedule between steps): the rate now (or
+// its schedule), and per group an own base rate (< 0: the optimizer's, scaled
+// alike by the schedule) and weight decay.
+struct Hyper {
+  float lr = 0.0f, base_lr = 0.0f;
+  int scheduled = 0;
+  Schedule schedule;
+  float own_lr[max_groups] = {};
+  float wd[max_groups] = {};
+};
+
+// This step's values, from the prologue: skip, the gradient coefficient
+// (unscale x clip x 1/accumulation), the bias-correction products after it
+// and the groups' rates.
+struct StepValues {
+  int skip = 0;
+  float coef = 1.0f;
+  long long t = 0;  // this step's number, from 1
+  float beta1_pow = 1.0f, beta2_pow = 1.0f;
+  GroupValues hp;
+};
+
+// The rate of step `steps` and each group's share of it.
+AMP_HOST_DEVICE inline GroupValues group_values(const Hyper& h, long long steps) {
+  GroupValues g;
+  const float now = h.scheduled ? h.schedule(steps) : h.lr;
+  for (int k = 0; k < max_groups; ++k) {
+    g.lr[k] = h.own_lr[k] < 0.0f ? now : h.base_lr > 0.0f ? h.own_lr[k] * (now / h.base_lr) : h.own_lr[k];
+    g.wd[k] = h.wd[k];
+  }
+  return g;
+}
+
 namespace detail {
 // The prologue: one function for the host and the device.
 template <class Rule>
-AMP_HOST_DEVICE inline StepValues prepare_step(const Rule& rule, const OptimizerState& st, const GradStats& stats,
-                                               const float* scale, int found_inf, float max_norm,
-                                               float inv_accumulation) {
+AMP_HOST_DEVICE inline StepValues prepare_step(const Rule& rule, const OptimizerState& st, const Hyper& hyper,
+                                               const GradStats& stats, const float* scale, int found_inf,
+                                               float max_norm, float inv_accumulation) {
   StepValues v;
+  v.hp = group_values(hyper, st.steps);
   v.skip = found_inf || overflowed(stats) ? 1 : 0;
   const float unscale = (scale ? 1.0f / *scale : 1.0f) * inv_accumulation;
   v.coef = unscale;
@@ -61,13 +90,14 @@ template <class Rule>
 struct PrepareStepOp {
   Rule rule;
   const OptimizerState* state;
+  const Hyper* hyper;
   const GradStats* stats;
   const float* scale;
   const int* found_inf;
   float max_norm, inv_accumulation;
   StepValues* out;
   AMP_HOST_DEVICE void operator()(std::size_t) const {
-    *out = prepare_step(rule, *state, *stats, scale, found_inf ? *found_inf : 0, max_norm, inv_accumulation);
+    *out = prepare_step(rule, *state, *hyper, *stats, scale, found_inf ? *found_inf : 0, max_norm, inv_accumulation);
   }
 };
 
@@ -75,6 +105,7 @@ struct AdvanceStateOp {
   OptimizerState* state;
   const StepValues* values;
   AMP_HOST_DEVICE void operator()(std::size_t) const {
+    ++state->steps;
     if (values->skip) return;
     state->t = values->t;
     state->beta1_pow = values->beta1_pow;
@@ -97,7 +128,6 @@ struct FusedStepOp {
   float* s2;
   const std::uint8_t* group;
   Rule rule;
-  GroupValues hp;
   Values values;
 
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
@@ -107,7 +137,7 @@ struct FusedStepOp {
     const float grad = cast<float>(g[i]) * v.coef;
     float x = Master ? master[i] : cast<float>(w[i]);
     x = rule.update(x, grad, Rule::state_buffers > 0 ? s1 + i : nullptr, Rule::state_buffers > 1 ? s2 + i : nullptr,
-                    v, hp.lr[k], hp.wd[k]);
+                    v, v.hp.lr[k], v.hp.wd[k]);
     if constexpr (Master) master[i] = x;
     w[i] = cast<Param>(x);
   }

@@ -99,23 +99,31 @@ class MpiCommunicator final : public Collective<host> {
   int size() const override { return size_; }
   MPI_Comm comm() const { return comm_; }
 
-  void all_reduce_sum(Context<host>&, void* data, std::size_t count, element type) override {
-    each_chunk(data, count, type, [&](void* at, int n) {
-      detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, at, n, datatype(type), op(type), comm_), "MPI_Allreduce");
+  // Each call is one launch of the context (Context<host>::issue): a captured
+  // step records it and its replays run it, as a CUDA graph holds NCCL's.
+  void all_reduce_sum(Context<host>& ctx, void* data, std::size_t count, element type) override {
+    ctx.issue([this, data, count, type] {
+      each_chunk(data, count, type, [&](void* at, int n) {
+        detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, at, n, datatype(type), op(type), comm_), "MPI_Allreduce");
+      });
     });
   }
-  void start_all_reduce_sum(Context<host>&, void* data, std::size_t count, element type) override {
-    each_chunk(data, count, type, [&](void* at, int n) {
-      MPI_Request r;
-      detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, at, n, datatype(type), op(type), comm_, &r), "MPI_Iallreduce");
-      requests_.push_back(r);
+  void start_all_reduce_sum(Context<host>& ctx, void* data, std::size_t count, element type) override {
+    ctx.issue([this, data, count, type] {
+      each_chunk(data, count, type, [&](void* at, int n) {
+        MPI_Request r;
+        detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, at, n, datatype(type), op(type), comm_, &r), "MPI_Iallreduce");
+        requests_.push_back(r);
+      });
     });
   }
-  void finish(Context<host>&) override {
-    if (requests_.empty()) return;
-    const int rc = MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
-    requests_.clear();
-    detail::mpi_check(rc, "MPI_Waitall");
+  void finish(Context<host>& ctx) override {
+    ctx.issue([this] {
+      if (requests_.empty()) return;
+      const int rc = MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE);
+      requests_.clear();
+      detail::mpi_check(rc, "MPI_Waitall");
+    });
   }
   void progress() override {
     if (requests_.empty()) return;
@@ -123,7 +131,9 @@ class MpiCommunicator final : public Collective<host> {
     MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
     if (done) requests_.clear();
   }
-  void broadcast(Context<host>&, void* data, std::size_t bytes, int root) override { broadcast_bytes(data, bytes, root); }
+  void broadcast(Context<host>& ctx, void* data, std::size_t bytes, int root) override {
+    ctx.issue([this, data, bytes, root] { broadcast_bytes(data, bytes, root); });
+  }
   // Host bytes from root to every rank (also what bootstraps NCCL).
   void broadcast_bytes(void* data, std::size_t bytes, int root) {
     for (std::size_t at = 0; at < bytes; at += detail::max_chunk) {

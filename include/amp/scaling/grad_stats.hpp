@@ -57,15 +57,16 @@ struct AddGradStatsOp {
 // Writes the statistics of `grads` to `out` (backend memory); no host sync.
 // On the CPU an OpenMP SIMD reduction (fp64 sums per lane; deterministic for a
 // given thread count), on the GPU CUB's (see transform_reduce).
+namespace detail {
 template <class G>
-AMP_HOST_CLONES void grad_stats(Context<host>& ctx, Span<const G> grads, GradStats* out) {
+AMP_HOST_CLONES void grad_stats_now(int threads, Span<const G> grads, GradStats* out) {
   double sumsq = 0.0;
   float maxabs = 0.0f;
   int nonfinite = 0;
-  const detail::GradStatsOf<G> map{grads.data};
+  const GradStatsOf<G> map{grads.data};
   const auto n = static_cast<std::int64_t>(grads.size);
-#pragma omp parallel for simd num_threads(ctx.threads()) reduction(+ : sumsq, nonfinite) reduction(max : maxabs) \
-    if (n >= detail::host_parallel_threshold)
+#pragma omp parallel for simd num_threads(threads) reduction(+ : sumsq, nonfinite) reduction(max : maxabs) \
+    if (n >= host_parallel_threshold)
   for (std::int64_t i = 0; i < n; ++i) {
     const GradStats s = map(static_cast<std::size_t>(i));
     sumsq += s.sumsq;
@@ -73,6 +74,13 @@ AMP_HOST_CLONES void grad_stats(Context<host>& ctx, Span<const G> grads, GradSta
     nonfinite += s.nonfinite;
   }
   *out = {sumsq, maxabs, nonfinite};
+}
+}  // namespace detail
+
+template <class G>
+void grad_stats(Context<host>& ctx, Span<const G> grads, GradStats* out) {
+  ctx.count_launch();
+  ctx.issue([threads = ctx.threads(), grads, out] { detail::grad_stats_now(threads, grads, out); });
 }
 
 template <class Ctx, class G>

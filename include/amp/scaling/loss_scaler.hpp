@@ -16,7 +16,9 @@
 // backward after this iteration's step or unscale.
 //
 // Scale, counters and the verdict live in backend memory and are updated
-// there; the host watches a lagging mirror of them to stop a diverged run.
+// there; the host watches a lagging mirror of them to stop a diverged run
+// (after each replay when the step is a captured graph). set_config() in a
+// captured step takes effect at the next capture: the graph holds the config.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -177,7 +179,8 @@ class LossScaler {
     AMP_REQUIRE(!records_.empty(), "loss scaler: update() without a step() or unscale() since the last update()");
     for_each(*ctx_, 1, detail::UpdateScaleOp<Mode>{state_.data(), cfg_});
     records_.clear();
-    watch_divergence();
+    if (ctx_->capturing()) ctx_->after_each_replay([this] { watch_divergence(); });  // the mirror's copy is host work
+    else watch_divergence();
   }
   // Sets the scale (PyTorch's update(new_scale)), after ending the iteration if one is open.
   void update(float new_scale) {

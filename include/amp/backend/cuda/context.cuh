@@ -1,12 +1,15 @@
 #pragma once
 // The GPU backend's context: device, stream, cuBLAS(Lt) handles and workspace.
 // All work of a context is ordered on its one stream; nothing here synchronises
-// except the explicit download and synchronize calls.
+// except the explicit download and synchronize calls. Every entry that calls
+// CUDA makes the context's device current first (activate()), so contexts on
+// two GPUs can be used from one thread.
 #include <string>
 
 #include "amp/backend/backend.hpp"
 #include "amp/backend/capability.hpp"
 #include "amp/backend/cuda/error.cuh"
+#include "amp/backend/cuda/lt_plans.cuh"
 
 namespace amp {
 
@@ -63,6 +66,7 @@ class Context<cuda> : public ContextBase<Context<cuda>> {
   }
 
   ~Context() {
+    cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
     release_scratch();
     deallocate(workspace_, cublas_workspace_bytes, memory_kind::workspace);
@@ -80,33 +84,57 @@ class Context<cuda> : public ContextBase<Context<cuda>> {
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
   cublasLtHandle_t cublaslt() const { return cublaslt_; }
+  // cuBLASLt plans made so far, one per GEMM case (lt_plans.cuh).
+  detail::LtPlans& lt_plans() { return lt_plans_; }
   void* cublas_workspace() const { return workspace_; }
   const DeviceCapability& capability() const { return capability_; }
   const std::string& device_name() const { return capability_.name; }
   int multiprocessors() const { return multiprocessors_; }
 
-  void synchronize() { AMP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-
-  void copy_to_device(void* dst, const void* src, std::size_t bytes) {
-    AMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
-  }
-  void copy_to_host(void* dst, const void* src, std::size_t bytes) {
-    AMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    synchronize();
-  }
-  void copy(void* dst, const void* src, std::size_t bytes) {
-    AMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  // Makes this context's device current for the calling thread (a cheap
+  // query when it already is).
+  void activate() const {
+    int current = -1;
+    AMP_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != device_) AMP_CUDA_CHECK(cudaSetDevice(device_));
   }
 
  private:
   friend class ContextBase<Context<cuda>>;
 
   void* raw_allocate(std::size_t bytes) {
+    activate();
     void* p = nullptr;
     AMP_CUDA_CHECK(cudaMalloc(&p, bytes));
     return p;
   }
-  void raw_free(void* p) { cudaFree(p); }
+  void raw_free(void* p) {
+    cudaSetDevice(device_);
+    cudaFree(p);
+  }
+  void* raw_allocate_pinned(std::size_t bytes) {
+    activate();
+    void* p = nullptr;
+    AMP_CUDA_CHECK(cudaMallocHost(&p, bytes));
+    return p;
+  }
+  void raw_free_pinned(void* p) { cudaFreeHost(p); }
+  void raw_synchronize() {
+    activate();
+    AMP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void raw_copy_to_device(void* dst, const void* src, std::size_t bytes) {
+    activate();
+    AMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+  }
+  void raw_copy_to_host(void* dst, const void* src, std::size_t bytes) {
+    activate();
+    AMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  void raw_copy(void* dst, const void* src, std::size_t bytes) {
+    activate();
+    AMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
 
   int device_ = 0;
   DeviceCapability capability_;
@@ -115,6 +143,7 @@ class Context<cuda> : public ContextBase<Context<cuda>> {
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t cublaslt_ = nullptr;
   void* workspace_ = nullptr;
+  detail::LtPlans lt_plans_;
 };
 
 }  // namespace amp

@@ -5,7 +5,8 @@
 // accumulation (CUBLAS_COMPUTE_32F) everywhere, which for fp32 operands means
 // strict fp32 with no TF32 (the O0 contract). Where cuBLASLt offers no
 // algorithm for a shape, the product goes to fp32 scratch and the same
-// epilogue runs as a kernel: still one rounding.
+// epilogue runs as a kernel: still one rounding. cuBLASLt plans are cached per
+// case by the context (lt_plans.cuh).
 #include <type_traits>
 
 #include "amp/backend/cuda/algorithm.cuh"
@@ -81,61 +82,67 @@ inline cublasLtEpilogue_t lt_epilogue(bool bias, activation act, bool aux, bool 
   return bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
-// cuBLASLt with a fused epilogue; false when it has no algorithm for this case.
-// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: operands swap,
-// so C's columns (our bias) are D's rows, and our A's k-sums are BGRADB's.
+// cuBLAS takes int sizes; a larger one is an error, never a silent wrap.
+inline int cublas_int(std::int64_t v, const char* what) {
+  AMP_REQUIRE(v >= 0 && v <= 2147483647, "gemm: ", what, " = ", v, " does not fit cuBLAS's int");
+  return static_cast<int>(v);
+}
+
+// cuBLASLt with a fused epilogue, from the context's cached plan for this
+// case; false when it has no algorithm for it. Row-major C = op(A) op(B) is
+// column-major C^T = op(B)^T op(A)^T: operands swap, so C's columns (our bias)
+// are D's rows, and our A's k-sums are BGRADB's.
 template <class T, class TC>
 bool gemm_lt(Context<cuda>& ctx, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, Matrix<TC> c,
              const GemmDims& d, const GemmEpilogue<TC>& ep, TC* grad_bias_out) {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  struct Release {
-    cublasLtMatmulDesc_t& desc;
-    cublasLtMatrixLayout_t &la, &lb, &lc;
-    cublasLtMatmulPreference_t& pref;
-    ~Release() {
-      if (pref) cublasLtMatmulPreferenceDestroy(pref);
-      if (lc) cublasLtMatrixLayoutDestroy(lc);
-      if (lb) cublasLtMatrixLayoutDestroy(lb);
-      if (la) cublasLtMatrixLayoutDestroy(la);
-      if (desc) cublasLtMatmulDescDestroy(desc);
-    }
-  } release{desc, la, lb, lc, pref};
-
-  AMP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, cublas_op(tb));
-  set_attribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, cublas_op(ta));
   const cublasLtEpilogue_t epilogue = lt_epilogue(ep.bias, ep.act, ep.pre_activation, grad_bias_out);
-  set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
-  if (ep.bias || grad_bias_out) {
-    const void* bias = grad_bias_out ? static_cast<const void*>(grad_bias_out) : ep.bias;
-    set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
-    set_attribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(cuda_data_type<TC>()));
-  }
-  if (ep.pre_activation) {
-    set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(ep.pre_activation));
-    set_attribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.ld);
-  }
-  // Layouts of the column-major views: cuBLAS's A is our B, its B our A.
-  AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, cuda_data_type<T>(), static_cast<std::uint64_t>(b.cols),
-                                              static_cast<std::uint64_t>(b.rows), b.ld));
-  AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, cuda_data_type<T>(), static_cast<std::uint64_t>(a.cols),
-                                              static_cast<std::uint64_t>(a.rows), a.ld));
-  AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, cuda_data_type<TC>(), static_cast<std::uint64_t>(d.n),
-                                              static_cast<std::uint64_t>(d.m), c.ld));
-  AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const void* bias = grad_bias_out ? static_cast<const void*>(grad_bias_out) : ep.bias;
+  const LtPlanKey key{d.m, d.n, d.k, a.ld, b.ld, c.ld, ep.pre_activation ? c.ld : 0,
+                      static_cast<int>(ta), static_cast<int>(tb), static_cast<int>(cuda_data_type<T>()),
+                      static_cast<int>(cuda_data_type<TC>()), static_cast<int>(epilogue), pointer_alignment(a.data),
+                      pointer_alignment(b.data), pointer_alignment(c.data), bias ? pointer_alignment(bias) : 16u};
   const std::uint64_t workspace = Context<cuda>::cublas_workspace_bytes;
-  AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                        sizeof workspace));
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  if (cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), desc, la, lb, lc, lc, pref, 1, &heuristic, &found) !=
-          CUBLAS_STATUS_SUCCESS ||
-      found == 0)
-    return false;
-  AMP_CUBLAS_CHECK(cublasLtMatmul(ctx.cublaslt(), desc, &ep.alpha, b.data, la, a.data, lb, &ep.beta, c.data, lc,
-                                  c.data, lc, &heuristic.algo, ctx.cublas_workspace(), workspace, ctx.stream()));
+  LtPlan& plan = ctx.lt_plans().get(key, [&](LtPlan& p) {
+    AMP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, cublas_op(tb));
+    set_attribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, cublas_op(ta));
+    set_attribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, epilogue);
+    if (bias) set_attribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(cuda_data_type<TC>()));
+    if (ep.pre_activation) set_attribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.ld);
+    // Layouts of the column-major views: cuBLAS's A is our B, its B our A.
+    AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, cuda_data_type<T>(), static_cast<std::uint64_t>(b.cols),
+                                                static_cast<std::uint64_t>(b.rows), b.ld));
+    AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, cuda_data_type<T>(), static_cast<std::uint64_t>(a.cols),
+                                                static_cast<std::uint64_t>(a.rows), a.ld));
+    AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, cuda_data_type<TC>(), static_cast<std::uint64_t>(d.n),
+                                                static_cast<std::uint64_t>(d.m), c.ld));
+    cublasLtMatmulPreference_t pref = nullptr;
+    AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const auto prefer = [&](cublasLtMatmulPreferenceAttributes_t attr, auto value) {
+      AMP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof value));
+    };
+    prefer(CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace);
+    // cuBLAS's A is our B (see above); what the chosen kernel may assume of each pointer.
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_b);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+    prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &heuristic, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    p.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p.found) p.algo = heuristic.algo;
+  });
+  if (!plan.found) return false;
+  // The pointers are this call's (the descriptor is shared by every call of the case).
+  if (bias) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (ep.pre_activation)
+    set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(ep.pre_activation));
+  AMP_CUBLAS_CHECK(cublasLtMatmul(ctx.cublaslt(), plan.desc, &ep.alpha, b.data, plan.la, a.data, plan.lb, &ep.beta,
+                                  c.data, plan.lc, c.data, plan.lc, &plan.algo, ctx.cublas_workspace(), workspace,
+                                  ctx.stream()));
   return true;
 }
 }  // namespace detail
@@ -146,13 +153,16 @@ void gemm(Context<cuda>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
   const GemmDims d = gemm_dims(a, ta, b, tb, c);
   if (d.m == 0 || d.n == 0) return;
   check_epilogue(ep);
+  using detail::cublas_int;
+  const int m = cublas_int(d.m, "m"), n = cublas_int(d.n, "n"), k = cublas_int(d.k, "k");
+  const int lda = cublas_int(a.ld, "lda"), ldb = cublas_int(b.ld, "ldb"), ldc = cublas_int(c.ld, "ldc");
+  ctx.activate();
+  ctx.count_launch();
   if (ep.plain()) {
     // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap operands.
-    AMP_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(d.n),
-                                  static_cast<int>(d.m), static_cast<int>(d.k), &ep.alpha, b.data,
-                                  detail::cuda_data_type<TB>(), static_cast<int>(b.ld), a.data,
-                                  detail::cuda_data_type<TA>(), static_cast<int>(a.ld), &ep.beta, c.data,
-                                  detail::cuda_data_type<TC>(), static_cast<int>(c.ld), CUBLAS_COMPUTE_32F,
+    AMP_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), detail::cublas_op(tb), detail::cublas_op(ta), n, m, k, &ep.alpha,
+                                  b.data, detail::cuda_data_type<TB>(), ldb, a.data, detail::cuda_data_type<TA>(), lda,
+                                  &ep.beta, c.data, detail::cuda_data_type<TC>(), ldc, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
     return;
   }
@@ -168,11 +178,9 @@ void gemm(Context<cuda>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
              detail::RowSumOp<TA, TC>{a, ta == transpose::yes, d.k, ep.grad_bias});
   float* z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(d.m * d.n));
   const float zero = 0.0f;
-  AMP_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(d.n),
-                                static_cast<int>(d.m), static_cast<int>(d.k), &ep.alpha, b.data,
-                                detail::cuda_data_type<TB>(), static_cast<int>(b.ld), a.data,
-                                detail::cuda_data_type<TA>(), static_cast<int>(a.ld), &zero, z, CUDA_R_32F,
-                                static_cast<int>(d.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  AMP_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), detail::cublas_op(tb), detail::cublas_op(ta), n, m, k, &ep.alpha, b.data,
+                                detail::cuda_data_type<TB>(), ldb, a.data, detail::cuda_data_type<TA>(), lda, &zero, z,
+                                CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   GemmEpilogue<TC> rest = ep;
   rest.grad_bias = nullptr;
   for_each(ctx, static_cast<std::size_t>(d.m * d.n), detail::EpilogueOp<TC>{z, c.data, d.n, c.ld, rest});
@@ -184,11 +192,15 @@ void gemm_batched(Context<cuda>& ctx, Matrix<const T> a, transpose ta, Matrix<co
                   const GemmBatch& batch, float alpha = 1.0f, float beta = 0.0f) {
   const GemmDims d = gemm_dims(a, ta, b, tb, c);
   if (d.m == 0 || d.n == 0 || batch.count == 0) return;
+  using detail::cublas_int;
+  ctx.activate();
+  ctx.count_launch();
   AMP_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
-      ctx.cublas(), detail::cublas_op(tb), detail::cublas_op(ta), static_cast<int>(d.n), static_cast<int>(d.m),
-      static_cast<int>(d.k), &alpha, b.data, detail::cuda_data_type<T>(), static_cast<int>(b.ld), batch.stride_b, a.data,
-      detail::cuda_data_type<T>(), static_cast<int>(a.ld), batch.stride_a, &beta, c.data, detail::cuda_data_type<TC>(),
-      static_cast<int>(c.ld), batch.stride_c, static_cast<int>(batch.count), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      ctx.cublas(), detail::cublas_op(tb), detail::cublas_op(ta), cublas_int(d.n, "n"), cublas_int(d.m, "m"),
+      cublas_int(d.k, "k"), &alpha, b.data, detail::cuda_data_type<T>(), cublas_int(b.ld, "ldb"), batch.stride_b,
+      a.data, detail::cuda_data_type<T>(), cublas_int(a.ld, "lda"), batch.stride_a, &beta, c.data,
+      detail::cuda_data_type<TC>(), cublas_int(c.ld, "ldc"), batch.stride_c, cublas_int(batch.count, "batch count"),
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 template <class TA, class TB, class TC>

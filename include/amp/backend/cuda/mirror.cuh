@@ -9,8 +9,8 @@ namespace amp {
 template <class T>
 class Mirror<T, cuda> {
  public:
-  explicit Mirror(Context<cuda>&) {
-    AMP_CUDA_CHECK(cudaMallocHost(&pinned_, sizeof(T)));
+  explicit Mirror(Context<cuda>& ctx) : ctx_(&ctx) {
+    pinned_ = static_cast<T*>(ctx.allocate_pinned(sizeof(T)));
     AMP_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
   }
   Mirror(const Mirror&) = delete;
@@ -18,23 +18,25 @@ class Mirror<T, cuda> {
   ~Mirror() {
     cudaEventSynchronize(event_);
     cudaEventDestroy(event_);
-    cudaFreeHost(pinned_);
+    ctx_->deallocate_pinned(pinned_);
   }
 
   void refresh(Context<cuda>& ctx, const T* src) {
+    ctx.activate();
     if (pending_ && cudaEventQuery(event_) == cudaSuccess) {
       landed_ = *pinned_;
       has_landed_ = true;
       pending_ = false;
     }
     if (pending_) return;  // the previous copy is still in flight: keep it
-    AMP_CUDA_CHECK(cudaMemcpyAsync(pinned_, src, sizeof(T), cudaMemcpyDeviceToHost, ctx.stream()));
+    AMP_CUDA_CHECK(cudaMemcpyAsync(pinned_, src, sizeof(T), cudaMemcpyDeviceToHost, ctx.stream()));  // pinned: async
     AMP_CUDA_CHECK(cudaEventRecord(event_, ctx.stream()));
     pending_ = true;
   }
   const T* latest() const { return has_landed_ ? &landed_ : nullptr; }
 
  private:
+  Context<cuda>* ctx_;
   T* pinned_ = nullptr;
   cudaEvent_t event_ = nullptr;
   T landed_{};

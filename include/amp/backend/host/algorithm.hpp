@@ -16,16 +16,23 @@ namespace detail {
 inline constexpr std::int64_t host_parallel_threshold = 1 << 14;
 // Reductions combine fixed chunks in a fixed order: the same bits for any thread count.
 inline constexpr std::size_t host_reduce_chunk = 4096;
+
+template <class F>
+AMP_HOST_CLONES void for_each_now(int threads, std::size_t n, F f, std::size_t work_per_item) {
+  const auto count = static_cast<std::int64_t>(n);
+#pragma omp parallel for num_threads(threads) schedule(static) \
+    if (count * static_cast<std::int64_t>(work_per_item) >= host_parallel_threshold)
+  for (std::int64_t i = 0; i < count; ++i) f(static_cast<std::size_t>(i));
+}
 }  // namespace detail
 
 // f(i) for every i in [0, n); an item that loops over work_per_item elements
 // (a row, a pixel's channels) counts as that many for the parallel threshold.
 template <class F>
-AMP_HOST_CLONES void for_each(Context<host>& ctx, std::size_t n, F f, std::size_t work_per_item = 1) {
-  const auto count = static_cast<std::int64_t>(n);
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static) \
-    if (count * static_cast<std::int64_t>(work_per_item) >= detail::host_parallel_threshold)
-  for (std::int64_t i = 0; i < count; ++i) f(static_cast<std::size_t>(i));
+void for_each(Context<host>& ctx, std::size_t n, F f, std::size_t work_per_item = 1) {
+  if (n == 0) return;
+  ctx.count_launch();
+  ctx.issue([threads = ctx.threads(), n, f, work_per_item] { detail::for_each_now(threads, n, f, work_per_item); });
 }
 
 // Sizes the workspace of a transform_reduce of n items of T now (a model's
@@ -40,20 +47,24 @@ void reserve_reduction(Context<host>& ctx, std::size_t n) {
 template <class From, class To>
 void convert(Context<host>& ctx, Span<const From> in, Span<To> out) {
   AMP_REQUIRE(in.size == out.size, "convert: ", in.size, " elements into ", out.size);
-  constexpr std::size_t chunk = 1 << 14;
-  const auto chunks = static_cast<std::int64_t>((in.size + chunk - 1) / chunk);
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static) if (chunks > 1)
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    const std::size_t begin = static_cast<std::size_t>(c) * chunk;
-    detail::convert_n(in.data + begin, out.data + begin, std::min(chunk, in.size - begin));
-  }
+  if (in.size == 0) return;
+  ctx.count_launch();
+  ctx.issue([threads = ctx.threads(), in, out] {
+    constexpr std::size_t chunk = 1 << 14;
+    const auto chunks = static_cast<std::int64_t>((in.size + chunk - 1) / chunk);
+#pragma omp parallel for num_threads(threads) schedule(static) if (chunks > 1)
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const std::size_t begin = static_cast<std::size_t>(c) * chunk;
+      detail::convert_n(in.data + begin, out.data + begin, std::min(chunk, in.size - begin));
+    }
+  });
 }
 
-// *out = combine(... combine(init, map(0)) ..., map(n-1)), written to `out`
-// (host memory here, device memory on the CUDA twin) so no caller has to sync.
+namespace detail {
 template <class T, class Map, class Combine>
-AMP_HOST_CLONES void transform_reduce(Context<host>& ctx, std::size_t n, Map map, Combine combine, T init, T* out) {
-  const std::size_t chunk = detail::host_reduce_chunk;
+AMP_HOST_CLONES void transform_reduce_now(int threads, std::size_t n, Map map, Combine combine, T init, T* out,
+                                          T* partial) {
+  const std::size_t chunk = host_reduce_chunk;
   const std::size_t chunks = (n + chunk - 1) / chunk;
   if (chunks <= 1) {
     T acc = init;
@@ -61,9 +72,8 @@ AMP_HOST_CLONES void transform_reduce(Context<host>& ctx, std::size_t n, Map map
     *out = acc;
     return;
   }
-  T* partial = ctx.scratch<T>(scratch_slot::partials, chunks);
   const auto count = static_cast<std::int64_t>(chunks);
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (std::int64_t c = 0; c < count; ++c) {
     const std::size_t begin = static_cast<std::size_t>(c) * chunk;
     const std::size_t end = begin + chunk < n ? begin + chunk : n;
@@ -74,6 +84,19 @@ AMP_HOST_CLONES void transform_reduce(Context<host>& ctx, std::size_t n, Map map
   T acc = init;
   for (std::size_t c = 0; c < chunks; ++c) acc = combine(acc, partial[c]);
   *out = acc;
+}
+}  // namespace detail
+
+// *out = combine(... combine(init, map(0)) ..., map(n-1)), written to `out`
+// (host memory here, device memory on the CUDA twin) so no caller has to sync.
+template <class T, class Map, class Combine>
+void transform_reduce(Context<host>& ctx, std::size_t n, Map map, Combine combine, T init, T* out) {
+  ctx.count_launch();
+  const std::size_t chunks = (n + detail::host_reduce_chunk - 1) / detail::host_reduce_chunk;
+  T* partial = chunks > 1 ? ctx.scratch<T>(scratch_slot::partials, chunks) : nullptr;
+  ctx.issue([threads = ctx.threads(), n, map, combine, init, out, partial] {
+    detail::transform_reduce_now(threads, n, map, combine, init, out, partial);
+  });
 }
 
 }  // namespace amp

@@ -4,6 +4,8 @@
 // widened to fp32 by the conversion instructions and multiplied by sgemm
 // (oneDNN 2.x has no fp16 GEMM for CPUs without AVX512-FP16). The epilogue adds
 // the bias and applies the activation in fp32, then rounds into C once.
+// Scratch is taken when a GEMM is issued and the work runs as one launch
+// (Context<host>::issue), so a recorded step keeps its pointers as a CUDA graph does.
 #include <algorithm>
 #include <type_traits>
 
@@ -19,14 +21,30 @@
 namespace amp {
 
 namespace detail {
-// A contiguous fp32 copy of a (possibly strided) fp16 matrix in a scratch slot.
-inline Matrix<const float> widen(Context<host>& ctx, Matrix<const half> x, scratch_slot slot) {
-  float* out = ctx.scratch<float>(slot, static_cast<std::size_t>(x.rows * x.cols));
-  if (x.contiguous()) {
-    convert(ctx, x.span(), Span<float>(out, static_cast<std::size_t>(x.size())));
-  } else {
-    for (std::int64_t r = 0; r < x.rows; ++r) convert_n(x.data + r * x.ld, out + r * x.cols, static_cast<std::size_t>(x.cols));
+// Where the fp32 work of one GEMM goes (nullptr: not needed).
+struct GemmScratch {
+  float* a = nullptr;  // fp16 A widened
+  float* b = nullptr;  // fp16 B widened
+  float* z = nullptr;  // the fp32 product, when C is not fp32
+  float* bias = nullptr;  // column sums for a transposed A's bias gradient
+};
+
+// n fp16 values to fp32 in parallel chunks.
+inline void widen_n(int threads, const half* in, float* out, std::size_t n) {
+  constexpr std::size_t chunk = 1 << 14;
+  const auto chunks = static_cast<std::int64_t>((n + chunk - 1) / chunk);
+#pragma omp parallel for num_threads(threads) schedule(static) if (chunks > 1)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::size_t begin = static_cast<std::size_t>(c) * chunk;
+    convert_n(in + begin, out + begin, std::min(chunk, n - begin));
   }
+}
+
+// A contiguous fp32 copy of a (possibly strided) fp16 matrix.
+inline Matrix<const float> widen(int threads, Matrix<const half> x, float* out) {
+  if (x.contiguous()) widen_n(threads, x.data, out, static_cast<std::size_t>(x.size()));
+  else
+    for (std::int64_t r = 0; r < x.rows; ++r) convert_n(x.data + r * x.ld, out + r * x.cols, static_cast<std::size_t>(x.cols));
   return {out, x.rows, x.cols, x.cols};
 }
 
@@ -37,10 +55,10 @@ inline void check_onednn(onednn::status status, const char* what, const GemmDims
 
 // c = alpha op(A) op(B) + beta c in fp32, on oneDNN.
 template <class T>
-void multiply_fp32(Context<host>& ctx, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, float* c,
-                   std::int64_t ldc, const GemmDims& d, float alpha, float beta) {
+void multiply_fp32(int threads, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, float* c,
+                   std::int64_t ldc, const GemmDims& d, float alpha, float beta, const GemmScratch& s) {
 #if defined(_OPENMP)
-  if (omp_get_max_threads() != ctx.threads()) omp_set_num_threads(ctx.threads());  // oneDNN's thread count
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);  // oneDNN's thread count
 #endif
   const char opa = ta == transpose::yes ? 'T' : 'N', opb = tb == transpose::yes ? 'T' : 'N';
   if constexpr (std::is_same_v<T, float>) {
@@ -51,17 +69,16 @@ void multiply_fp32(Context<host>& ctx, Matrix<const T> a, transpose ta, Matrix<c
                  "bf16 gemm", d);
   } else {
     static_assert(std::is_same_v<T, half>, "host gemm: fp32, fp16 or bf16 inputs");
-    multiply_fp32(ctx, widen(ctx, a, scratch_slot::gemm_a), ta, widen(ctx, b, scratch_slot::gemm_b), tb, c, ldc, d,
-                  alpha, beta);
+    multiply_fp32(threads, widen(threads, a, s.a), ta, widen(threads, b, s.b), tb, c, ldc, d, alpha, beta, s);
   }
 }
 
 // Z += beta C + bias; pre = Z (if asked); C = act(Z), rounded once, a row at a time.
 template <class TC>
-AMP_HOST_CLONES void gemm_epilogue(Context<host>& ctx, float* z, std::int64_t ldz, Matrix<TC> c, float beta,
+AMP_HOST_CLONES void gemm_epilogue(int threads, float* z, std::int64_t ldz, Matrix<TC> c, float beta,
                                    const GemmEpilogue<TC>& ep) {
   const std::int64_t rows = c.rows, n = c.cols;
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static) if (rows * n >= host_parallel_threshold)
+#pragma omp parallel for num_threads(threads) schedule(static) if (rows * n >= host_parallel_threshold)
   for (std::int64_t r = 0; r < rows; ++r) {
     float* zr = z + r * ldz;
     TC* cr = c.data + r * c.ld;
@@ -80,7 +97,7 @@ AMP_HOST_CLONES void gemm_epilogue(Context<host>& ctx, float* z, std::int64_t ld
 
 // grad_bias[i] += sum_k op(A)[i][k], summed in fp32 and rounded once.
 template <class T, class Out>
-AMP_HOST_CLONES void add_row_sums(Context<host>& ctx, Matrix<const T> a, transpose ta, const GemmDims& d, Out* grad_bias) {
+AMP_HOST_CLONES void add_row_sums(Matrix<const T> a, transpose ta, const GemmDims& d, Out* grad_bias, float* sums) {
   if (ta == transpose::no) {  // rows of A
     for (std::int64_t i = 0; i < d.m; ++i) {
       float acc = 0.0f;
@@ -90,22 +107,20 @@ AMP_HOST_CLONES void add_row_sums(Context<host>& ctx, Matrix<const T> a, transpo
     return;
   }
   // columns of A (A is K x M): walk its rows in order, one fp32 sum per column.
-  float* acc = ctx.scratch<float>(scratch_slot::bias_grad, static_cast<std::size_t>(d.m));
-  std::fill(acc, acc + d.m, 0.0f);
+  std::fill(sums, sums + d.m, 0.0f);
   for (std::int64_t k = 0; k < d.k; ++k)
-    for (std::int64_t i = 0; i < d.m; ++i) acc[i] += cast<float>(a(k, i));
-  for (std::int64_t i = 0; i < d.m; ++i) grad_bias[i] = cast<Out>(cast<float>(grad_bias[i]) + acc[i]);
+    for (std::int64_t i = 0; i < d.m; ++i) sums[i] += cast<float>(a(k, i));
+  for (std::int64_t i = 0; i < d.m; ++i) grad_bias[i] = cast<Out>(cast<float>(grad_bias[i]) + sums[i]);
 }
 // The batched products with fp32 or bf16 operands: into C when C is fp32,
 // else into fp32 scratch and then rounded into C (adding beta C) once.
 template <class T, class TC>
-void gemm_batched_fp32(Context<host>& ctx, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb,
-                       Matrix<TC> c, const GemmDims& d, const GemmBatch& batch, float alpha, float beta) {
+void gemm_batched_fp32(int threads, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, Matrix<TC> c,
+                       const GemmDims& d, const GemmBatch& batch, float alpha, float beta, float* z) {
   constexpr bool direct = std::is_same_v<TC, float>;
-  float* z = direct ? nullptr : ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(batch.count * d.m * d.n));
   const char opa = ta == transpose::yes ? 'T' : 'N', opb = tb == transpose::yes ? 'T' : 'N';
   int failed = 0;
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static) reduction(| : failed)
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(| : failed)
   for (std::int64_t i = 0; i < batch.count; ++i) {
     const T* ai = a.data + i * batch.stride_a;
     const T* bi = b.data + i * batch.stride_b;
@@ -126,7 +141,7 @@ void gemm_batched_fp32(Context<host>& ctx, Matrix<const T> a, transpose ta, Matr
   AMP_REQUIRE(!failed, "oneDNN batched gemm failed on ", batch.count, " products of ", d.m, "x", d.n, "x", d.k);
   if constexpr (!direct) {
     const std::int64_t rows = batch.count * d.m;
-#pragma omp parallel for num_threads(ctx.threads()) schedule(static) if (rows * d.n >= host_parallel_threshold)
+#pragma omp parallel for num_threads(threads) schedule(static) if (rows * d.n >= host_parallel_threshold)
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t i = r / d.m, row = r % d.m;
       float* zr = z + r * d.n;
@@ -145,21 +160,26 @@ void gemm(Context<host>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
   const GemmDims d = gemm_dims(a, ta, b, tb, c);
   if (d.m == 0 || d.n == 0) return;
   check_epilogue(ep);
-  if (ep.grad_bias) detail::add_row_sums(ctx, a, ta, d, ep.grad_bias);
-
-  // The fp32 product: straight into C when C is fp32, else into scratch.
-  float* z = nullptr;
-  std::int64_t ldz = 0;
-  if constexpr (std::is_same_v<TC, float>) {
-    z = c.data, ldz = c.ld;
-    detail::multiply_fp32(ctx, a, ta, b, tb, z, ldz, d, ep.alpha, ep.beta);
-    if (!ep.bias && ep.act == activation::none && !ep.pre_activation) return;
-  } else {
-    z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(d.m * d.n)), ldz = d.n;
-    detail::multiply_fp32(ctx, a, ta, b, tb, z, ldz, d, ep.alpha, 0.0f);
+  ctx.count_launch();
+  detail::GemmScratch s;
+  if constexpr (std::is_same_v<TA, half>) {
+    s.a = ctx.scratch<float>(scratch_slot::gemm_a, static_cast<std::size_t>(a.size()));
+    s.b = ctx.scratch<float>(scratch_slot::gemm_b, static_cast<std::size_t>(b.size()));
   }
-  // Epilogue, a row at a time: Z += beta C + bias; keep Z if asked; C = act(Z), rounded once.
-  detail::gemm_epilogue(ctx, z, ldz, c, std::is_same_v<TC, float> ? 0.0f : ep.beta, ep);
+  if constexpr (!std::is_same_v<TC, float>) s.z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(d.m * d.n));
+  if (ep.grad_bias && ta == transpose::yes) s.bias = ctx.scratch<float>(scratch_slot::bias_grad, static_cast<std::size_t>(d.m));
+  ctx.issue([threads = ctx.threads(), a, ta, b, tb, c, d, ep, s] {
+    if (ep.grad_bias) detail::add_row_sums(a, ta, d, ep.grad_bias, s.bias);
+    // The fp32 product: straight into C when C is fp32, else into scratch.
+    if constexpr (std::is_same_v<TC, float>) {
+      detail::multiply_fp32(threads, a, ta, b, tb, c.data, c.ld, d, ep.alpha, ep.beta, s);
+      if (ep.bias || ep.act != activation::none || ep.pre_activation) detail::gemm_epilogue(threads, c.data, c.ld, c, 0.0f, ep);
+    } else {
+      detail::multiply_fp32(threads, a, ta, b, tb, s.z, d.n, d, ep.alpha, 0.0f, s);
+      // Epilogue, a row at a time: Z += beta C + bias; keep Z if asked; C = act(Z), rounded once.
+      detail::gemm_epilogue(threads, s.z, d.n, c, ep.beta, ep);
+    }
+  });
 }
 
 // C_i = alpha op(A_i) op(B_i) + beta C_i for each product of the batch, the
@@ -170,18 +190,26 @@ void gemm_batched(Context<host>& ctx, Matrix<const T> a, transpose ta, Matrix<co
                   const GemmBatch& batch, float alpha = 1.0f, float beta = 0.0f) {
   const GemmDims d = gemm_dims(a, ta, b, tb, c);
   if (d.m == 0 || d.n == 0 || batch.count == 0) return;
+  ctx.count_launch();
   const auto extent = [&](const auto& x, std::int64_t stride) {  // elements the batch spans
     return static_cast<std::size_t>((batch.count - 1) * stride + (x.rows - 1) * x.ld + x.cols);
   };
+  float* z = std::is_same_v<TC, float> ? nullptr
+                                       : ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(batch.count * d.m * d.n));
   if constexpr (std::is_same_v<T, half>) {
-    float* wa = ctx.scratch<float>(scratch_slot::gemm_a, extent(a, batch.stride_a));
-    float* wb = ctx.scratch<float>(scratch_slot::gemm_b, extent(b, batch.stride_b));
-    convert(ctx, Span<const half>(a.data, extent(a, batch.stride_a)), Span<float>(wa, extent(a, batch.stride_a)));
-    convert(ctx, Span<const half>(b.data, extent(b, batch.stride_b)), Span<float>(wb, extent(b, batch.stride_b)));
-    detail::gemm_batched_fp32(ctx, Matrix<const float>(wa, a.rows, a.cols, a.ld), ta,
-                              Matrix<const float>(wb, b.rows, b.cols, b.ld), tb, c, d, batch, alpha, beta);
+    const std::size_t na = extent(a, batch.stride_a), nb = extent(b, batch.stride_b);
+    float* wa = ctx.scratch<float>(scratch_slot::gemm_a, na);
+    float* wb = ctx.scratch<float>(scratch_slot::gemm_b, nb);
+    ctx.issue([threads = ctx.threads(), a, ta, b, tb, c, d, batch, alpha, beta, z, wa, wb, na, nb] {
+      detail::widen_n(threads, a.data, wa, na);
+      detail::widen_n(threads, b.data, wb, nb);
+      detail::gemm_batched_fp32(threads, Matrix<const float>(wa, a.rows, a.cols, a.ld), ta,
+                                Matrix<const float>(wb, b.rows, b.cols, b.ld), tb, c, d, batch, alpha, beta, z);
+    });
   } else {
-    detail::gemm_batched_fp32(ctx, a, ta, b, tb, c, d, batch, alpha, beta);
+    ctx.issue([threads = ctx.threads(), a, ta, b, tb, c, d, batch, alpha, beta, z] {
+      detail::gemm_batched_fp32(threads, a, ta, b, tb, c, d, batch, alpha, beta, z);
+    });
   }
 }
 

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Run by scripts/gpu-check.sh on the GPU machine: PyTorch's AMP (fp32, fp16
+# autocast + GradScaler, bf16 autocast) on the recipes and data of
+# bench/gpu-programs.sh, as JSON lines into $AMP_WORK for the summary.
+set -uo pipefail
+: "${AMP_CARRY:?set by scripts/gpu-check.sh}" "${AMP_WORK:?set by scripts/gpu-check.sh}"
+here=$(cd "$(dirname "$0")" && pwd)
+data=$AMP_CARRY/data
+rc=0
+python3 "$here/pytorch_fashion_mnist.py" "$data" 3 cuda mlp >"$AMP_WORK/pytorch_fashion_mnist.jsonl" || rc=1
+python3 "$here/pytorch_char_lm.py" "$data/fortunes" 300 cuda fp32,fp16-amp,bf16-autocast \
+  >"$AMP_WORK/pytorch_char_lm.jsonl" || rc=1
+exit $rc
