@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "amp/amp.hpp"
@@ -151,10 +152,30 @@ TEST_CASE("a captured step refuses what a CUDA graph cannot hold, and leaves the
   refused([&] { ctx.synchronize(); }, "waits for the stream");
   CHECK_THROWS_WITH_AS(CapturedStep(ctx, [&] { r.step(); }, {.warmup = 0}), doctest::Contains("warmup must be >= 1"),
                        Error);
+  CHECK_THROWS_WITH_AS(CapturedStep(ctx,
+                                    [&] {
+                                      r.step();
+                                      if (ctx.capturing()) CapturedStep inner(ctx, [] {});
+                                    }),
+                       doctest::Contains("already capturing"), Error);
+  CHECK_FALSE(ctx.capturing());
+  {
+    std::optional<Buffer<float, host>> held(std::in_place, ctx, 4, memory_kind::workspace);
+    CHECK_THROWS_WITH_AS(CapturedStep(ctx,
+                                      [&] {
+                                        r.step();
+                                        if (ctx.capturing()) held.reset();  // freed only while recording
+                                      }),
+                         doctest::Contains("freed 1 buffers"), Error);
+    CHECK_FALSE(ctx.capturing());
+  }
   // Eager steps still run, and a capture after the failed ones replays.
   const Counters before = ctx.counters();
   r.step();
   CapturedStep step(ctx, [&] { r.step(); });
   step.replay();
   CHECK((ctx.counters() - before).syncs == 0);
+  // Eager work that grows the scratch past the capture's moves it: the graph would read freed memory.
+  (void)ctx.scratch<float>(scratch_slot::reduction, std::size_t{1} << 20);
+  CHECK_THROWS_WITH_AS(step.replay(), doctest::Contains("scratch memory moved after the capture"), Error);
 }

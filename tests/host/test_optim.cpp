@@ -158,6 +158,17 @@ TEST_CASE("a schedule of your own is tabulated once: the function's rates, the l
   CHECK_THROWS_WITH_AS(opt.set_schedule([](std::int64_t t) { return t == 2 ? -1.0f : 0.1f; }, 4),
                        doctest::Contains("the rate of step 2 is -1"), Error);
   CHECK_THROWS_WITH_AS(opt.set_schedule(rate, 0), doctest::Contains("steps > 0"), Error);
+  // Bad rates and schedules are refused and change nothing: the table still rules.
+  CHECK_THROWS_WITH_AS(opt.set_lr(std::nanf("")), doctest::Contains("the rate must be finite and >= 0"), Error);
+  optim::Schedule bad;
+  bad.k = optim::Schedule::kind::step, bad.base_lr = 1.0f, bad.step_size = 0;
+  CHECK_THROWS_WITH_AS(opt.set_schedule(bad), doctest::Contains("need step_size > 0"), Error);
+  const float elsewhere[2] = {1.0f, 2.0f};
+  optim::Schedule foreign;
+  foreign.k = optim::Schedule::kind::table, foreign.table = elsewhere, foreign.table_size = 2;
+  CHECK_THROWS_WITH_AS(opt.set_schedule(foreign), doctest::Contains("comes from set_schedule(function, steps)"),
+                       Error);
+  CHECK(opt.lr() == rate(4));
 }
 
 TEST_CASE("optimizer options are validated") {

@@ -151,9 +151,7 @@ class Loader {
     return {start + r * base + std::min<std::int64_t>(r, extra), base + (r < extra ? 1 : 0)};
   }
 
-
  private:
-
   Context<B>* ctx_;
   const LabelledImages* set_;
   Options opt_;
