@@ -1,33 +1,29 @@
 #pragma once
 // Conv2d on channels-last images [N, H, W, C], weights in PyTorch's layout
-// [K, C, kh, kw]. im2col gathers every output pixel's receptive field into a
-// row in tap-major order (r, s, c), so each tap is a contiguous run of
-// channels, and the whole batch is one GEMM in compute_type<conv> with fp32
-// accumulation, its bias and relu/gelu fused into the epilogue:
-// Y[N*Ho*Wo, K] = cols * Wt^T + b, where Wt is the weight copied to
-// [K, kh, kw, C] per step (a few thousand values). Backward: the weight
-// gradient is one GEMM into fp32 tap-major scratch (bias gradient fused),
-// added into the [K, C, kh, kw] gradient with one rounding; the input gradient
-// a GEMM into columns and col2im, written as a gather so nothing races. The
-// columns are temporaries, rebuilt in backward rather than kept.
+// [K, C, kh, kw]. Where the backend has a library convolution for the compute
+// type (backend/conv.hpp: oneDNN on the CPU for fp32 and bf16), the three
+// passes are the library's; the filter gradient comes back in fp32 and is
+// added into the gradient with one rounding, as is an input gradient that
+// accumulates. Otherwise (fp16 on the CPU, the GPU for now), im2col gathers
+// every output pixel's receptive field into a row in tap-major order (r, s, c),
+// so each tap is a contiguous run of channels, and the whole batch is one GEMM
+// in compute_type<conv> with fp32 accumulation, its bias and relu/gelu fused
+// into the epilogue: Y[N*Ho*Wo, K] = cols * Wt^T + b, where Wt is the weight
+// copied to [K, kh, kw, C] per step (a few thousand values). Backward: the
+// weight gradient is one GEMM into fp32 tap-major scratch (bias gradient
+// fused), added into the [K, C, kh, kw] gradient with one rounding; the input
+// gradient a GEMM into columns and col2im, written as a gather so nothing
+// races. The columns are temporaries, rebuilt in backward rather than kept.
+// That path is also the reference the library's is tested against.
 #include <string>
 #include <type_traits>
 
+#include "amp/backend/conv.hpp"
 #include "amp/backend/gemm.hpp"
 #include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
 
 namespace amp::nn {
-
-struct ConvGeometry {
-  std::int64_t n, h, w, c;     // input
-  std::int64_t k, kh, kw;      // filters
-  std::int64_t stride, pad, dilation;
-  std::int64_t ho, wo;         // output
-
-  AMP_HOST_DEVICE std::int64_t pixels() const { return n * ho * wo; }
-  AMP_HOST_DEVICE std::int64_t window() const { return c * kh * kw; }
-};
 
 namespace detail {
 // Row p of the columns (an output pixel): cols[p, (r, s, c)] =
@@ -148,6 +144,8 @@ class Conv2d {
                 "Conv2d: grad_type must be the conv compute type or fp32");
   // The input-gradient columns: in G, or fp32 where activations are fp32.
   using DCol = std::conditional_t<std::is_same_v<T, G>, G, float>;
+  // The backend's library may run it: activations in the compute type.
+  static constexpr bool library_candidate = library_conv<B>::value && std::is_same_v<T, G>;
 
   struct Config {
     std::int64_t in_channels = 0;
@@ -223,6 +221,18 @@ class Conv2d {
   static Var<T> forward(Graph<P, B>& g, const Spec& s, const ConvGeometry& geo, Var<T> x) {
     Var<T> y = g.template tensor<T>(Shape{geo.n, geo.ho, geo.wo, geo.k});
     T* pre = s.act == activation::gelu ? g.template scratch<T>(y.size()) : nullptr;
+    if constexpr (library_candidate) {
+      if (conv_available<G>(g.context(), geo, s.has_bias)) {
+        auto& params = g.params();
+        const G* bias = s.has_bias ? params.template as<G>(s.bias).data : nullptr;
+        conv_forward(g.context(), geo, x.data, params.template as<G>(s.weight).data, bias, pre ? pre : y.data);
+        using C = typename P::template compute_type<op::pointwise>;
+        if (s.act == activation::relu) for_each(g.context(), y.size(), detail::ActivationOp<ReluFn, C, T>{y.data, y.data});
+        if (s.act == activation::gelu) for_each(g.context(), y.size(), detail::ActivationOp<GeluFn, C, T>{pre, y.data});
+        g.on_backward([=](Graph<P, B>& gb) { library_backward(gb, s, geo, x, y, pre); });
+        return y;
+      }
+    }
     const Matrix<const G> weight = weight_matrix(g, s, geo);
     {
       Temporaries<P, B> temp(g);
@@ -235,6 +245,43 @@ class Conv2d {
     return y;
   }
 
+  // dy through the fused activation (dy itself when there is none), in graph scratch.
+  static const T* activation_grad(Graph<P, B>& g, const Spec& s, Var<T> y, const T* pre, const T* dy) {
+    if (s.act == activation::none) return dy;
+    T* buf = g.template scratch<T>(y.size());
+    using C = typename P::template compute_type<op::pointwise>;
+    if (s.act == activation::relu)
+      for_each(g.context(), y.size(), detail::ActivationGradOp<ReluFn, C, T>{nullptr, y.data, dy, buf, false});
+    else
+      for_each(g.context(), y.size(), detail::ActivationGradOp<GeluFn, C, T>{pre, y.data, dy, buf, false});
+    return buf;
+  }
+
+  // The library's backward: fp32 filter and bias gradients added with one
+  // rounding; the input gradient written in place, or in fp32 and added.
+  static void library_backward(Graph<P, B>& g, const Spec& s, const ConvGeometry& geo, Var<T> x, Var<T> y,
+                               const T* pre) {
+    const T* dy = g.grad(y);
+    if (!dy) return;
+    auto& ctx = g.context();
+    auto& params = g.params();
+    const GradOut<T> dx = g.grad_out(x);
+    Temporaries<P, B> temp(g);
+    const T* dz = activation_grad(g, s, y, pre, dy);
+    const auto count = static_cast<std::size_t>(geo.k * geo.window());
+    float* dw = g.template scratch<float>(count);
+    float* db = s.has_bias ? g.template scratch<float>(static_cast<std::size_t>(geo.k)) : nullptr;
+    conv_backward_weights(ctx, geo, x.data, dz, dw, db);
+    for_each(ctx, count, detail::AddGradFromFloatOp<GW>{dw, params.backward_grads(s.weight).data});
+    if (db) for_each(ctx, static_cast<std::size_t>(geo.k), detail::AddGradFromFloatOp<GW>{db, params.backward_grads(s.bias).data});
+    if (!dx) return;
+    const G* w = params.template as<G>(s.weight).data;
+    if (!dx.accumulate) return conv_backward_data(ctx, geo, dz, w, dx.data, s.has_bias);
+    float* part = g.template scratch<float>(x.size());  // summed with what dx holds, one rounding
+    conv_backward_data(ctx, geo, dz, w, part, s.has_bias);
+    for_each(ctx, x.size(), detail::AddGradFromFloatOp<T>{part, dx.data});
+  }
+
   static void backward(Graph<P, B>& g, const Spec& s, const ConvGeometry& geo, Var<T> x, Var<T> y, const T* pre,
                        Matrix<const G> weight) {
     const T* dy = g.grad(y);
@@ -242,16 +289,7 @@ class Conv2d {
     auto& ctx = g.context();
     const GradOut<T> dx = g.grad_out(x);
     Temporaries<P, B> temp(g);
-    const T* dz = dy;
-    if (s.act != activation::none) {
-      T* buf = g.template scratch<T>(y.size());
-      using C = typename P::template compute_type<op::pointwise>;
-      if (s.act == activation::relu)
-        for_each(ctx, y.size(), detail::ActivationGradOp<ReluFn, C, T>{nullptr, y.data, dy, buf, false});
-      else
-        for_each(ctx, y.size(), detail::ActivationGradOp<GeluFn, C, T>{pre, y.data, dy, buf, false});
-      dz = buf;
-    }
+    const T* dz = activation_grad(g, s, y, pre, dy);
     const Matrix<const G> dzg(as_type<G>(g, dz, y.size()), geo.pixels(), geo.k, geo.k);
     auto& params = g.params();
     {

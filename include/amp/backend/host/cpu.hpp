@@ -86,4 +86,13 @@ inline int default_host_threads() {
   return threads;
 }
 
+// oneDNN runs on OpenMP's thread count: make it the context's before a call.
+inline void use_threads(int threads) {
+#if defined(_OPENMP)
+  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);
+#else
+  (void)threads;
+#endif
+}
+
 }  // namespace amp::detail

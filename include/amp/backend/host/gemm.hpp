@@ -57,9 +57,7 @@ inline void check_onednn(onednn::status status, const char* what, const GemmDims
 template <class T>
 void multiply_fp32(int threads, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, float* c,
                    std::int64_t ldc, const GemmDims& d, float alpha, float beta, const GemmScratch& s) {
-#if defined(_OPENMP)
-  if (omp_get_max_threads() != threads) omp_set_num_threads(threads);  // oneDNN's thread count
-#endif
+  use_threads(threads);
   const char opa = ta == transpose::yes ? 'T' : 'N', opb = tb == transpose::yes ? 'T' : 'N';
   if constexpr (std::is_same_v<T, float>) {
     check_onednn(onednn::sgemm(opa, opb, d.m, d.n, d.k, alpha, a.data, a.ld, b.data, b.ld, beta, c, ldc), "sgemm", d);

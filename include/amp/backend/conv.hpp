@@ -1,0 +1,38 @@
+#pragma once
+// The convolution contract both backends share. Images are channels-last
+// [N, H, W, C], filters PyTorch's [K, C, kh, kw], padding symmetric as
+// PyTorch's (an output size rounds down). Where a backend has the field's
+// library for a type (oneDNN on the CPU for fp32 and bf16), the three passes
+// are that library's, with fp32 accumulation and one rounding into the output:
+//   forward          y  = conv(x, w) + bias
+//   backward_data    dx = the transposed convolution of dy (dx fp32 or T)
+//   backward_weights dw = x (*) dy and dbias = sum of dy, in fp32 [K, C, kh, kw]
+// Each pass overwrites its outputs; the layer adds gradients where it must.
+// The im2col + GEMM path in nn/conv.hpp is the reference and the rest.
+#include <cstdint>
+#include <type_traits>
+
+#include "amp/core/macros.hpp"
+
+namespace amp {
+
+struct ConvGeometry {
+  std::int64_t n, h, w, c;     // input
+  std::int64_t k, kh, kw;      // filters
+  std::int64_t stride, pad, dilation;
+  std::int64_t ho, wo;         // output
+
+  AMP_HOST_DEVICE std::int64_t pixels() const { return n * ho * wo; }
+  AMP_HOST_DEVICE std::int64_t window() const { return c * kh * kw; }
+  // The padding past the last input pixel that the last output reads (PyTorch
+  // pads symmetrically and drops what no whole window covers).
+  std::int64_t pad_end_h() const { return (ho - 1) * stride + dilation * (kh - 1) + 1 - h - pad; }
+  std::int64_t pad_end_w() const { return (wo - 1) * stride + dilation * (kw - 1) + 1 - w - pad; }
+};
+
+// Whether backend B has the library passes (conv_available, conv_forward,
+// conv_backward_data, conv_backward_weights); its conv header says so.
+template <class B>
+struct library_conv : std::false_type {};
+
+}  // namespace amp
