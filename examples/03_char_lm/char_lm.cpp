@@ -34,6 +34,7 @@ using examples::StepRecord;
 struct GptConfig {
   std::int64_t vocab, context, layers, heads, width;
   float dropout;
+  nn::attention_kernel attention = nn::attention_kernel::fused;
 };
 
 // GPT-2's shape: wte (+ positions) -> h.0 .. h.(L-1) -> ln_f -> logits = h wte^T.
@@ -57,7 +58,8 @@ struct Gpt {
       out.emplace_back(b.child("h." + std::to_string(i)),
                        typename nn::TransformerBlock<P, B>::Config{.features = c.width, .heads = c.heads,
                                                                    .attention_dropout = c.dropout,
-                                                                   .residual_dropout = c.dropout});
+                                                                   .residual_dropout = c.dropout,
+                                                                   .attention = c.attention});
     return out;
   }
 
@@ -340,6 +342,7 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
   j.key("settings").object().field("context", static_cast<long long>(s.model.context))
       .field("layers", static_cast<long long>(s.model.layers)).field("heads", static_cast<long long>(s.model.heads))
       .field("width", static_cast<long long>(s.model.width)).field("dropout", s.model.dropout)
+      .field("attention", s.model.attention == nn::attention_kernel::fused ? "fused" : "materialized")
       .field("batch_size", static_cast<long long>(s.batch)).field("steps", static_cast<long long>(s.steps))
       .field("lr", s.lr).field("min_lr", s.min_lr).field("warmup", static_cast<long long>(s.warmup))
       .field("weight_decay", s.weight_decay).field("clip", s.clip)
@@ -399,6 +402,7 @@ int main(int argc, char** argv) try {
       .flag("heads", "4", "attention heads", "N")
       .flag("width", "128", "model width (a multiple of --heads)", "N")
       .flag("dropout", "0", "dropout on attention probabilities and residual branches", "P")
+      .flag("attention", "fused", "fused (O(T) memory, where the device has the kernel) | materialized (T x T)", "KERNEL")
       .flag("lr", "0.003", "peak learning rate (AdamW)", "X")
       .flag("min-lr", "0.0003", "learning rate at the end of the cosine decay", "X")
       .flag("warmup", "60", "linear warm-up steps", "N")
@@ -421,6 +425,10 @@ int main(int argc, char** argv) try {
   AMP_REQUIRE(s.model.width % s.model.heads == 0, "--width (", s.model.width, ") must be a multiple of --heads (",
               s.model.heads, ")");
   s.model.dropout = static_cast<float>(args.real("dropout", 0.0, 0.9));
+  const std::string attention = args.str("attention");
+  AMP_REQUIRE(attention == "fused" || attention == "materialized", "--attention must be fused or materialized, not '",
+              attention, "'");
+  s.model.attention = attention == "fused" ? nn::attention_kernel::fused : nn::attention_kernel::materialized;
   s.steps = args.integer("steps", 1, 10'000'000);
   s.batch = args.integer("batch-size", 1, 1 << 16);
   s.lr = static_cast<float>(args.real("lr", 0.0, 1.0, true));

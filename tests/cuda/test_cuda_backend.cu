@@ -181,3 +181,29 @@ TEST_CASE("cuda: context accounts memory and checks the policy against the GPU")
   }
   CHECK_THROWS_WITH_AS(Context<amp::cuda>{cuda_device_count()}, doctest::Contains("device(s) present"), Error);
 }
+
+TEST_CASE("cuda: group_by_key (CUB's radix sort, run-length encoding, scan) matches the host at GPT-2's vocabulary") {
+  AMP_REQUIRE_GPU();
+  constexpr std::size_t n = 8192;  // a batch of 8 x 1024 tokens
+  std::vector<std::int32_t> keys(n);
+  for (std::size_t i = 0; i < n; ++i)
+    keys[i] = static_cast<std::int32_t>(i % 5 == 0 ? 0 : i % 7 == 0 ? 50256 : (i * 7919) % 50257);
+  keys[3] = -1;  // an id outside the table groups like any other
+  const auto grouped = [&]<class B>(Context<B>& ctx) {
+    Buffer<std::int32_t, B> in(ctx, n, memory_kind::data), rows(ctx, n, memory_kind::workspace),
+        uniq(ctx, n, memory_kind::workspace), offsets(ctx, n + 1, memory_kind::workspace),
+        count(ctx, 1, memory_kind::workspace);
+    Buffer<std::byte, B> temp(ctx, group_by_key_bytes(ctx, n), memory_kind::workspace);
+    upload(ctx, in.span(), keys);
+    group_by_key(ctx, in.data(), n, KeyGroups{rows.data(), uniq.data(), offsets.data(), count.data()}, temp.data());
+    const auto groups = static_cast<std::size_t>(download_one(ctx, count.data()));
+    auto u = download(ctx, uniq.span()), o = download(ctx, offsets.span());
+    u.resize(groups), o.resize(groups + 1);
+    return std::make_tuple(groups, download(ctx, rows.span()), u, o);
+  };
+  Context<amp::cuda> gpu;
+  Context<amp::host> cpu;
+  const auto want = grouped(cpu);
+  CHECK(std::get<0>(want) > 1000);
+  CHECK(grouped(gpu) == want);
+}

@@ -4,11 +4,13 @@
 // and clipping, as char_lm trains.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "amp/amp.hpp"
 #include "support/gemm_cases.hpp"
+#include "support/model_values.hpp"
 #include "support/reference.hpp"
 
 using namespace amp;
@@ -157,4 +159,73 @@ TEST_CASE("a token id outside the vocabulary is an error naming the id, its posi
   ids[5] = -1;
   CHECK_THROWS_WITH_AS(model.forward(ctx, TensorView<const std::int32_t>(ids.data(), Shape{1, kTime})),
                        doctest::Contains("token id -1 at position 5 is outside [0, 13)"), Error);
+}
+
+TEST_CASE("group_by_key: rows sorted by key, stable, with negative and repeated keys") {
+  Context<host> ctx;
+  const std::vector<std::int32_t> keys = {7, -3, 7, 0, 50256, -3, 7, 2, 0, 50256, 1};
+  const std::size_t n = keys.size();
+  Buffer<std::int32_t, host> in(ctx, n, memory_kind::data), rows(ctx, n, memory_kind::workspace),
+      uniq(ctx, n, memory_kind::workspace), offsets(ctx, n + 1, memory_kind::workspace), count(ctx, 1, memory_kind::workspace);
+  Buffer<std::byte, host> temp(ctx, group_by_key_bytes(ctx, n), memory_kind::workspace);
+  upload(ctx, in.span(), keys);
+  group_by_key(ctx, in.data(), n, KeyGroups{rows.data(), uniq.data(), offsets.data(), count.data()}, temp.data());
+  REQUIRE(download_one(ctx, count.data()) == 6);
+  CHECK(download(ctx, rows.span()) == std::vector<std::int32_t>{1, 5, 3, 8, 10, 7, 0, 2, 6, 4, 9});
+  const auto u = download(ctx, uniq.span()), o = download(ctx, offsets.span());
+  CHECK(std::vector<std::int32_t>(u.begin(), u.begin() + 6) == std::vector<std::int32_t>{-3, 0, 1, 2, 7, 50256});
+  CHECK(std::vector<std::int32_t>(o.begin(), o.begin() + 7) == std::vector<std::int32_t>{0, 2, 4, 5, 6, 9, 11});
+}
+
+namespace {
+constexpr std::int64_t kGpt2Vocab = 50257, kEmbedFeatures = 48, kEmbedTime = 40;
+template <class P, class B>
+struct EmbeddingOnly {
+  using T = typename P::activation_type;
+  nn::Embedding<P, B> emb;
+  explicit EmbeddingOnly(nn::Builder<P, B> b)
+      : emb(b.child("emb"), {.vocab = kGpt2Vocab, .features = kEmbedFeatures, .max_positions = kEmbedTime}) {}
+  std::vector<nn::Input> default_inputs() const { return {nn::indices(Shape{kEmbedTime})}; }
+  nn::Var<T> forward(nn::Graph<P, B>& g, nn::Var<std::int32_t> ids) { return emb(g, ids); }
+};
+}  // namespace
+
+TEST_CASE_TEMPLATE("embedding gradient at GPT-2's vocabulary: per-id sums against FP64, memory of the batch's tokens",
+                   P, O0Policy, O2Policy, O2BF16Policy) {
+  constexpr std::int64_t batch = 6, rows = batch * kEmbedTime, F = kEmbedFeatures;
+  Context<host> ctx;
+  nn::Model<P, host, EmbeddingOnly<P, host>> model(ctx, {.max_batch = batch, .seed = 2});
+  // The old gradient kept a vocab x features fp32 sum (9.6 MB here); grouping needs a few ints per token.
+  CHECK(ctx.memory().peak(memory_kind::activations) + ctx.memory().peak(memory_kind::workspace) <
+        static_cast<std::size_t>(kGpt2Vocab * F * 4 / 16));
+  // Ids repeat (a few common ones, the table's ends) and are spread over the vocabulary.
+  std::vector<std::int32_t> ids(rows);
+  for (std::int64_t r = 0; r < rows; ++r)
+    ids[r] = static_cast<std::int32_t>(r % 5 == 0 ? 0 : r % 7 == 0 ? kGpt2Vocab - 1 : r % 3 == 0 ? 1234 : (r * 7919) % kGpt2Vocab);
+  const auto target = random_values<float>(static_cast<std::size_t>(rows * F), 8);
+  const Params p = consumed_values(model.parameters());
+  model.parameters().zero_grad();
+  auto out = model.forward(ctx, TensorView<const std::int32_t>(ids.data(), Shape{batch, kEmbedTime}));
+  auto loss = nn::mse_loss(ctx, out, matrix<const float>(target.data(), rows, F));
+  loss.backward();
+  const Params grads = gradients(model.parameters());
+  // dL/dy = 2 (y - target) / (rows x F), summed per id and per position in FP64.
+  const auto& table = p.at("emb.weight");
+  const auto& positions = p.at("emb.positions");
+  std::vector<double> want_table(table.size(), 0.0), want_positions(positions.size(), 0.0);
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < F; ++c) {
+      const double y = table[ids[r] * F + c] + positions[(r % kEmbedTime) * F + c];
+      const double dy = 2.0 * (y - target[r * F + c]) / static_cast<double>(rows * F);
+      want_table[ids[r] * F + c] += dy;
+      want_positions[(r % kEmbedTime) * F + c] += dy;
+    }
+  const double tol = gradient_tolerance<P>();
+  const auto largest = [](const std::vector<double>& v) {
+    double m = 0;
+    for (const double x : v) m = std::max(m, std::abs(x));
+    return m;
+  };
+  CHECK(worst_error_ratio(grads.at("emb.weight"), want_table, tol, tol * largest(want_table)) <= 1.0);
+  CHECK(worst_error_ratio(grads.at("emb.positions"), want_positions, tol, tol * largest(want_positions)) <= 1.0);
 }

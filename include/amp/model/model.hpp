@@ -203,6 +203,7 @@ class Model {
         using U = std::remove_pointer_t<decltype(v.data)>;
         if (auto g = graph_.grad_out(v)) fill(*ctx_, Span<U>(g.data, v.size()), cast<U>(0.0f));
         reserve_reduction<LossValue>(*ctx_, v.size());  // what a loss over this output reduces
+        ctx_->template scratch<LossValue>(scratch_slot::loss_rows, static_cast<std::size_t>(v.rows()));  // per row
       });
     }
     graph_.backward();

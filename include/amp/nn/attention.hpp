@@ -2,15 +2,21 @@
 // Causal multi-head self-attention over [batch, time, features]:
 //   qkv = x W_qkv^T + b;  per head: S = Q K^T / sqrt(d);  P = softmax(S, causal);
 //   Y = dropout(P) V;  y = merge(Y) W_proj^T + b.
-// Q K^T and P V are strided-batched GEMMs over (batch x heads) in the GEMM
-// compute type with fp32 accumulation; the 1/sqrt(d) scale is the GEMM's
-// alpha, so the scores come out scaled, in compute_type<op::softmax> (fp32
-// under O1/O2). The softmax applies the causal mask and the dropout in the
-// same pass, in that type, and rounds P once into the GEMM type.
+// Two kernels compute the heads. Fused (the default where the backend has it,
+// backend/attention.hpp): flash attention's online fp32 softmax, memory O(T)
+// per head, P recomputed in backward. Materialised (the reference, and the
+// GPU's path until it has a fused kernel): Q K^T and P V are strided-batched
+// GEMMs over (batch x heads) in the GEMM type with fp32 accumulation; the
+// 1/sqrt(d) scale is the GEMM's alpha, the scores come out in
+// compute_type<op::softmax> (fp32 under O1/O2), the softmax applies the causal
+// mask and the dropout in one pass in that type and rounds P once into the
+// GEMM type; P (and dropout(P)) are T x T per head, kept for backward.
+// Both draw the same dropout bits.
 #include <cmath>
 #include <string>
 #include <type_traits>
 
+#include "amp/backend/attention.hpp"
 #include "amp/model/init.hpp"
 #include "amp/nn/linear.hpp"
 #include "amp/model/model.hpp"
@@ -67,8 +73,19 @@ AMP_HOST_DEVICE inline bool attention_keep(std::uint64_t key, std::int64_t row, 
   return p == 0.0f || unit_uniform(key, static_cast<std::uint64_t>(row * time + j)) >= p;
 }
 
+// The fused kernels' Dropout (backend/attention.hpp): attention_keep's bits.
+struct AttentionDropout {
+  RandomStream stream;  // unread without dropout
+  float p, keep_scale;
+  std::int64_t time;
+  AMP_HOST_DEVICE std::uint64_t key() const { return stream.key(); }
+  AMP_HOST_DEVICE bool keep(std::uint64_t key, std::int64_t row, std::int64_t j) const {
+    return attention_keep(key, row, time, j, p);
+  }
+};
+
 // One row of scores (query t of one head): the causal softmax in C, rounded
-// once into P; Pd = dropout(P). Entries after t are 0.
+// once into P; Pd = dropout(P). Entries after t are 0. A row op (backend/rows.hpp).
 template <class C, class S, class G>
 struct CausalSoftmaxOp {
   const S* scores;
@@ -77,28 +94,28 @@ struct CausalSoftmaxOp {
   std::int64_t time;
   RandomStream stream;  // unread without dropout
   float p, keep_scale;
-  AMP_HOST_DEVICE void operator()(std::size_t r) const {
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
     const auto row = static_cast<std::int64_t>(r);
     const std::int64_t t = row % time;
     const std::uint64_t key = p > 0.0f ? stream.key() : 0;
     const S* s = scores + row * time;
-    float max = cast<float>(s[0]);
-    for (std::int64_t j = 1; j <= t; ++j) max = cast<float>(s[j]) > max ? cast<float>(s[j]) : max;
-    float sum = 0.0f;
-    for (std::int64_t j = 0; j <= t; ++j) sum += round_to<C>(amp::detail::exp_poly(cast<float>(s[j]) - max));
+    const float max = lanes.max(t + 1, [&](std::int64_t j) { return cast<float>(s[j]); });
+    const float sum =
+        lanes.sum(t + 1, [&](std::int64_t j) { return round_to<C>(amp::detail::exp_poly(cast<float>(s[j]) - max)); });
     const float inv = 1.0f / sum;
     G* out = probs + row * time;
     G* out_dropped = dropped + row * time;
-    for (std::int64_t j = 0; j < time; ++j) {
+    lanes.each(time, [&](std::int64_t j) {
       const float v = j <= t ? round_to<C>(round_to<C>(amp::detail::exp_poly(cast<float>(s[j]) - max)) * inv) : 0.0f;
       out[j] = cast<G>(v);
       if (dropped != probs)
         out_dropped[j] = cast<G>(attention_keep(key, row, time, j, p) ? round_to<C>(v * keep_scale) : 0.0f);
-    }
+    });
   }
 };
 
-// dS = P * (dP - sum_j dP_j P_j) for one row, dP through the dropout first.
+// dS = P * (dP - sum_j dP_j P_j) for one row, dP through the dropout first (a row op).
 template <class C, class G>
 struct CausalSoftmaxGradOp {
   const float* d_dropped;  // dL/dPd
@@ -111,19 +128,23 @@ struct CausalSoftmaxGradOp {
     const float g = d_dropped[row * time + j];
     return attention_keep(key, row, time, j, p) ? g * (p == 0.0f ? 1.0f : keep_scale) : 0.0f;
   }
-  AMP_HOST_DEVICE void operator()(std::size_t r) const {
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
     const auto row = static_cast<std::int64_t>(r);
     const std::int64_t t = row % time;
     const std::uint64_t key = p > 0.0f ? stream.key() : 0;
     const G* pr = probs + row * time;
-    float dot = 0.0f;
-    for (std::int64_t j = 0; j <= t; ++j) dot += d_prob(key, row, j) * cast<float>(pr[j]);
+    const float dot = lanes.sum(t + 1, [&](std::int64_t j) { return d_prob(key, row, j) * cast<float>(pr[j]); });
     G* ds = d_scores + row * time;
-    for (std::int64_t j = 0; j < time; ++j)
+    lanes.each(time, [&](std::int64_t j) {
       ds[j] = cast<G>(j <= t ? round_to<C>(cast<float>(pr[j]) * (d_prob(key, row, j) - dot)) : 0.0f);
+    });
   }
 };
 }  // namespace detail
+
+// Which kernel computes the heads: fused where the backend has one (else materialised), or materialised.
+enum class attention_kernel { fused, materialized };
 
 template <class P, class B>
 class CausalSelfAttention {
@@ -142,6 +163,7 @@ class CausalSelfAttention {
     float dropout = 0.0f;       // on the attention probabilities, in training
     bool bias = true;
     initializer init = initializer::gpt2;  // normal(0, 0.02), zero biases: trains faster here than torch's
+    attention_kernel kernel = attention_kernel::fused;
   };
 
   CausalSelfAttention(Builder<P, B> b, const Config& cfg)
@@ -154,6 +176,8 @@ class CausalSelfAttention {
                 "': features (", cfg.features, ") must be a positive multiple of heads (", cfg.heads, ")");
     AMP_REQUIRE(cfg.dropout >= 0.0f && cfg.dropout < 1.0f, "CausalSelfAttention '", name_, "': dropout must be in [0, 1)");
     s_.features = cfg.features, s_.heads = cfg.heads, s_.dim = cfg.features / cfg.heads, s_.dropout = cfg.dropout;
+    if constexpr (fused_attention<B>::value)
+      s_.fused = cfg.kernel == attention_kernel::fused && s_.dim <= fused_attention<B>::max_dim;
   }
 
   // x: [batch, time, features] -> the same shape.
@@ -168,85 +192,119 @@ class CausalSelfAttention {
   struct Spec {
     std::int64_t features = 0, heads = 1, dim = 1;
     float dropout = 0.0f;
+    bool fused = false;
+  };
+
+  // The sizes of one call; n = batch x heads.
+  struct Dims {
+    std::int64_t batch, time, n;
+    std::size_t per_head, scores, head_rows;
+    Dims(const Spec& s, const Shape& qkv)
+        : batch(qkv[0]), time(qkv[1]), n(batch * s.heads), per_head(static_cast<std::size_t>(n * time * s.dim)),
+          scores(static_cast<std::size_t>(n * time * time)), head_rows(static_cast<std::size_t>(n * time)) {}
+    detail::HeadLayout qkv_part(const Spec& s, int part) const {
+      return {time, s.heads, s.dim, 3 * s.features, part * s.features};
+    }
+    detail::HeadLayout merged(const Spec& s) const { return {time, s.heads, s.dim, s.features, 0}; }
+    AttentionShape shape(const Spec& s, float alpha) const { return {n, time, s.dim, alpha}; }
+  };
+
+  // What backward needs: Q, K, V per head and the kernel's own (fused: O and
+  // the rows' log-sum-exps, O(T); materialised: P and dropout(P), T x T).
+  struct Saved {
+    G *q = nullptr, *k = nullptr, *v = nullptr;
+    T* out = nullptr;
+    float* lse = nullptr;
+    G *probs = nullptr, *dropped = nullptr;
+    detail::AttentionDropout drop{};
+    float alpha = 1.0f;
   };
 
   // qkv [batch, time, 3 x features] -> the heads' outputs merged, [batch, time, features].
   static Var<T> attend(Graph<P, B>& g, const Spec& s, Var<T> qkv) {
     auto& ctx = g.context();
-    const std::int64_t batch = qkv.shape[0], time = qkv.shape[1], n = batch * s.heads;
-    const auto per_head = static_cast<std::size_t>(n * time * s.dim), scores = static_cast<std::size_t>(n * time * time);
-    const auto head_rows = static_cast<std::size_t>(n * time);
-    const float p = g.training() ? s.dropout : 0.0f, alpha = 1.0f / std::sqrt(static_cast<float>(s.dim));
-    const detail::RandomStream stream = p > 0.0f ? g.random_stream() : detail::RandomStream{};
-    const auto layout = [&](int part) {
-      return detail::HeadLayout{time, s.heads, s.dim, 3 * s.features, part * s.features};
-    };
-    // Saved for backward: Q, K, V per head, P (and dropout(P)); the output.
-    G* q = g.template scratch<G>(per_head);
-    G* k = g.template scratch<G>(per_head);
-    G* v = g.template scratch<G>(per_head);
-    G* probs = g.template scratch<G>(scores);
-    G* dropped = p > 0.0f ? g.template scratch<G>(scores) : probs;
-    Var<T> y = g.template tensor<T>(Shape{batch, time, s.features});
-    {
+    const Dims d(s, qkv.shape);
+    const auto dim = static_cast<std::size_t>(s.dim);
+    const float p = g.training() ? s.dropout : 0.0f;
+    Saved sv;
+    sv.drop = {p > 0.0f ? g.random_stream() : detail::RandomStream{}, p, 1.0f / (1.0f - p), d.time};
+    sv.alpha = 1.0f / std::sqrt(static_cast<float>(s.dim));
+    G* parts[3] = {sv.q = g.template scratch<G>(d.per_head), sv.k = g.template scratch<G>(d.per_head),
+                   sv.v = g.template scratch<G>(d.per_head)};
+    for (int part = 0; part < 3; ++part)
+      for_each(ctx, d.head_rows, detail::ToHeadsOp<T, G>{qkv.data, parts[part], d.qkv_part(s, part)}, dim);
+    Var<T> y = g.template tensor<T>(Shape{d.batch, d.time, s.features});
+    if (s.fused) {
+      sv.out = g.template scratch<T>(d.per_head);
+      sv.lse = g.template scratch<float>(d.head_rows);
+      if constexpr (fused_attention<B>::value)
+        attention_forward(ctx, d.shape(s, sv.alpha), sv.q, sv.k, sv.v, sv.out, sv.lse, sv.drop);
+      for_each(ctx, d.head_rows, detail::FromHeadsOp<T, T>{sv.out, y.data, d.merged(s), false}, dim);
+    } else {
+      sv.probs = g.template scratch<G>(d.scores);
+      sv.dropped = p > 0.0f ? g.template scratch<G>(d.scores) : sv.probs;
       Temporaries<P, B> temp(g);
-      G* parts[3] = {q, k, v};
-      for (int part = 0; part < 3; ++part)
-        for_each(ctx, head_rows, detail::ToHeadsOp<T, G>{qkv.data, parts[part], layout(part)}, static_cast<std::size_t>(s.dim));
-      S* sc = g.template scratch<S>(scores);
-      const GemmBatch qk{n, time * s.dim, time * s.dim, time * time};
-      gemm_batched(ctx, Matrix<const G>(q, time, s.dim, s.dim), transpose::no, Matrix<const G>(k, time, s.dim, s.dim),
-                   transpose::yes, Matrix<S>(sc, time, time, time), qk, alpha);
-      for_each(ctx, static_cast<std::size_t>(n * time),
-               detail::CausalSoftmaxOp<C, S, G>{sc, probs, dropped, time, stream, p, 1.0f / (1.0f - p)},
-               static_cast<std::size_t>(time));
-      T* heads_out = g.template scratch<T>(per_head);
-      const GemmBatch pv{n, time * time, time * s.dim, time * s.dim};
-      gemm_batched(ctx, Matrix<const G>(dropped, time, time, time), transpose::no, Matrix<const G>(v, time, s.dim, s.dim),
-                   transpose::no, Matrix<T>(heads_out, time, s.dim, s.dim), pv);
-      const detail::HeadLayout merged{time, s.heads, s.dim, s.features, 0};
-      for_each(ctx, head_rows, detail::FromHeadsOp<T, T>{heads_out, y.data, merged, false}, static_cast<std::size_t>(s.dim));
+      const std::int64_t time = d.time;
+      S* sc = g.template scratch<S>(d.scores);
+      const GemmBatch qk{d.n, time * s.dim, time * s.dim, time * time};
+      gemm_batched(ctx, Matrix<const G>(sv.q, time, s.dim, s.dim), transpose::no,
+                   Matrix<const G>(sv.k, time, s.dim, s.dim), transpose::yes, Matrix<S>(sc, time, time, time), qk,
+                   sv.alpha);
+      for_each_row(ctx, d.head_rows, time,
+                   detail::CausalSoftmaxOp<C, S, G>{sc, sv.probs, sv.dropped, time, sv.drop.stream, p, sv.drop.keep_scale});
+      T* heads_out = g.template scratch<T>(d.per_head);
+      const GemmBatch pv{d.n, time * time, time * s.dim, time * s.dim};
+      gemm_batched(ctx, Matrix<const G>(sv.dropped, time, time, time), transpose::no,
+                   Matrix<const G>(sv.v, time, s.dim, s.dim), transpose::no, Matrix<T>(heads_out, time, s.dim, s.dim), pv);
+      for_each(ctx, d.head_rows, detail::FromHeadsOp<T, T>{heads_out, y.data, d.merged(s), false}, dim);
     }
-    g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, qkv, y, q, k, v, probs, dropped, stream, p, alpha); });
+    g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, qkv, y, sv); });
     return y;
   }
 
-  static void backward(Graph<P, B>& g, const Spec& s, Var<T> qkv, Var<T> y, const G* q, const G* k, const G* v,
-                       const G* probs, const G* dropped, detail::RandomStream stream, float p, float alpha) {
+  static void backward(Graph<P, B>& g, const Spec& s, Var<T> qkv, Var<T> y, const Saved& sv) {
     const T* dy = g.grad(y);
     if (!dy) return;
-    auto& ctx = g.context();
-    const std::int64_t batch = qkv.shape[0], time = qkv.shape[1], n = batch * s.heads;
-    const auto per_head = static_cast<std::size_t>(n * time * s.dim), scores = static_cast<std::size_t>(n * time * time);
-    const auto head_rows = static_cast<std::size_t>(n * time);
     const GradOut<T> dqkv = g.grad_out(qkv);
     if (!dqkv) return;
+    auto& ctx = g.context();
+    const Dims d(s, qkv.shape);
+    const auto dim = static_cast<std::size_t>(s.dim);
     Temporaries<P, B> temp(g);
-    // dY per head, in the GEMM type.
-    G* dh = g.template scratch<G>(per_head);
-    const detail::HeadLayout merged{time, s.heads, s.dim, s.features, 0};
-    for_each(ctx, head_rows, detail::ToHeadsOp<T, G>{dy, dh, merged}, static_cast<std::size_t>(s.dim));
-    const Matrix<const G> dY(dh, time, s.dim, s.dim), Q(q, time, s.dim, s.dim), K(k, time, s.dim, s.dim),
-        V(v, time, s.dim, s.dim);
-    const GemmBatch tt{n, time * s.dim, time * s.dim, time * time};   // [t x d] [t x d]^T -> [t x t]
-    const GemmBatch td{n, time * time, time * s.dim, time * s.dim};   // [t x t] [t x d] -> [t x d]
+    G* dh = g.template scratch<G>(d.per_head);  // dY per head, in the GEMM type
+    for_each(ctx, d.head_rows, detail::ToHeadsOp<T, G>{dy, dh, d.merged(s)}, dim);
+    // dQ, dK, dV per head, each then added into its block of dqkv.
+    T* d_parts = g.template scratch<T>(s.fused ? 3 * d.per_head : d.per_head);
+    const auto into_block = [&](const T* from, int part) {
+      for_each(ctx, d.head_rows, detail::FromHeadsOp<T, T>{from, dqkv.data, d.qkv_part(s, part), dqkv.accumulate}, dim);
+    };
+    if (s.fused) {
+      if constexpr (fused_attention<B>::value)
+        attention_backward(ctx, d.shape(s, sv.alpha), sv.q, sv.k, sv.v, sv.out, sv.lse, dh, d_parts,
+                           d_parts + d.per_head, d_parts + 2 * d.per_head, sv.drop);
+      for (int part = 0; part < 3; ++part) into_block(d_parts + part * d.per_head, part);
+      return;
+    }
+    const std::int64_t time = d.time;
+    const Matrix<const G> dY(dh, time, s.dim, s.dim), Q(sv.q, time, s.dim, s.dim), K(sv.k, time, s.dim, s.dim),
+        V(sv.v, time, s.dim, s.dim);
+    const GemmBatch tt{d.n, time * s.dim, time * s.dim, time * time};  // [t x d] [t x d]^T -> [t x t]
+    const GemmBatch td{d.n, time * time, time * s.dim, time * s.dim};  // [t x t] [t x d] -> [t x d]
     // dPd = dY V^T (fp32); dS = softmax'(dropout'(dPd)), in the GEMM type.
-    float* d_dropped = g.template scratch<float>(scores);
+    float* d_dropped = g.template scratch<float>(d.scores);
     gemm_batched(ctx, dY, transpose::no, V, transpose::yes, Matrix<float>(d_dropped, time, time, time), tt);
-    G* ds = g.template scratch<G>(scores);
-    for_each(ctx, static_cast<std::size_t>(n * time),
-             detail::CausalSoftmaxGradOp<C, G>{d_dropped, probs, ds, time, stream, p, 1.0f / (1.0f - p)},
-             static_cast<std::size_t>(time));
-    // dQ = alpha dS K, dK = alpha dS^T Q, dV = Pd^T dY; each into its block of dqkv.
-    T* d_part = g.template scratch<T>(per_head);
-    const Matrix<const G> dS(ds, time, time, time), Pd(dropped, time, time, time);
-    const Matrix<T> out(d_part, time, s.dim, s.dim);
+    G* ds = g.template scratch<G>(d.scores);
+    for_each_row(ctx, d.head_rows, time,
+                 detail::CausalSoftmaxGradOp<C, G>{d_dropped, sv.probs, ds, time, sv.drop.stream, sv.drop.p,
+                                                   sv.drop.keep_scale});
+    // dQ = alpha dS K, dK = alpha dS^T Q, dV = Pd^T dY.
+    const Matrix<const G> dS(ds, time, time, time), Pd(sv.dropped, time, time, time);
+    const Matrix<T> out(d_parts, time, s.dim, s.dim);
     for (int part = 0; part < 3; ++part) {
-      if (part == 0) gemm_batched(ctx, dS, transpose::no, K, transpose::no, out, td, alpha);
-      else if (part == 1) gemm_batched(ctx, dS, transpose::yes, Q, transpose::no, out, td, alpha);
+      if (part == 0) gemm_batched(ctx, dS, transpose::no, K, transpose::no, out, td, sv.alpha);
+      else if (part == 1) gemm_batched(ctx, dS, transpose::yes, Q, transpose::no, out, td, sv.alpha);
       else gemm_batched(ctx, Pd, transpose::yes, dY, transpose::no, out, td);
-      const detail::HeadLayout block{time, s.heads, s.dim, 3 * s.features, part * s.features};
-      for_each(ctx, head_rows, detail::FromHeadsOp<T, T>{d_part, dqkv.data, block, dqkv.accumulate}, static_cast<std::size_t>(s.dim));
+      into_block(d_parts, part);
     }
   }
 

@@ -3,12 +3,16 @@
 // output projection tied to the token table (GPT-2's logits = h W_tok^T):
 // both uses add into the one gradient. Token ids are int32 in [0, vocab); on
 // the host an id outside is an amp::Error, on the GPU its row reads as zeros.
-// The table's gradient is summed per column in a fixed order in fp32 and
-// rounded once, so it is deterministic on every backend.
+// The table's gradient groups the batch's rows by token id (a stable sort,
+// backend/groups.hpp) and sums each group per column in row order in fp32,
+// rounded once: deterministic on every backend, in memory proportional to
+// the batch's tokens, not to the vocabulary.
+#include <cstddef>
 #include <string>
 #include <type_traits>
 
 #include "amp/backend/gemm.hpp"
+#include "amp/backend/groups.hpp"
 #include "amp/model/init.hpp"
 #include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
@@ -33,25 +37,26 @@ struct EmbedOp {
   }
 };
 
-// Column c of the table's gradient: dy summed over the rows with each id, in
-// row order, in fp32 (sums[v, c]), then added to the gradient, rounded once.
+// The table's gradient at (group g, column c): dy summed over the rows of
+// the group's token id, in row order, in fp32, then added to the gradient,
+// rounded once. Items past the groups' count do nothing (the count is on
+// the device); ids outside [0, vocab) add nothing.
 template <class T, class GW>
 struct EmbedGradOp {
-  const std::int32_t* ids;
+  KeyGroups groups;
   const T* dy;
-  std::int64_t rows, vocab, features;
-  float* sums;  // [vocab x features]
+  std::int64_t vocab, features;
   GW* grad;
-  AMP_HOST_DEVICE void operator()(std::size_t c) const {
-    for (std::int64_t v = 0; v < vocab; ++v) sums[v * features + static_cast<std::int64_t>(c)] = 0.0f;
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const std::int32_t id = ids[r];
-      if (id >= 0 && id < vocab) sums[id * features + static_cast<std::int64_t>(c)] += cast<float>(dy[r * features + static_cast<std::int64_t>(c)]);
-    }
-    for (std::int64_t v = 0; v < vocab; ++v) {
-      const std::int64_t k = v * features + static_cast<std::int64_t>(c);
-      grad[k] = cast<GW>(cast<float>(grad[k]) + sums[k]);
-    }
+  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+    const auto g = static_cast<std::int64_t>(i) / features, c = static_cast<std::int64_t>(i) % features;
+    if (g >= *groups.count) return;
+    const std::int32_t id = groups.keys[g];
+    if (id < 0 || id >= vocab) return;
+    float acc = 0.0f;
+    for (std::int32_t k = groups.offsets[g]; k < groups.offsets[g + 1]; ++k)
+      acc += cast<float>(dy[static_cast<std::int64_t>(groups.rows[k]) * features + c]);
+    const std::int64_t at = id * features + c;
+    grad[at] = cast<GW>(cast<float>(grad[at]) + acc);
   }
 };
 
@@ -136,13 +141,16 @@ class Embedding {
       const T* dy = gb.grad(y);
       if (!dy) return;
       auto& ps = gb.params();
+      auto& ctx = gb.context();
+      const auto rows = static_cast<std::size_t>(batch * time);
       Temporaries<P, B> temp(gb);
-      float* sums = gb.template scratch<float>(static_cast<std::size_t>(s.vocab * s.features));
-      for_each(gb.context(), static_cast<std::size_t>(s.features),
-               detail::EmbedGradOp<T, GW>{ids.data, dy, batch * time, s.vocab, s.features, sums, ps.backward_grads(s.table).data},
-               static_cast<std::size_t>(batch * time));
+      const KeyGroups groups{gb.template scratch<std::int32_t>(rows), gb.template scratch<std::int32_t>(rows),
+                             gb.template scratch<std::int32_t>(rows + 1), gb.template scratch<std::int32_t>(1)};
+      group_by_key(ctx, ids.data, rows, groups, gb.template scratch<std::byte>(group_by_key_bytes(ctx, rows)));
+      for_each(ctx, rows * static_cast<std::size_t>(s.features),
+               detail::EmbedGradOp<T, GW>{groups, dy, s.vocab, s.features, ps.backward_grads(s.table).data});
       if (s.max_positions > 0)
-        for_each(gb.context(), static_cast<std::size_t>(time * s.features),
+        for_each(ctx, static_cast<std::size_t>(time * s.features),
                  detail::PositionGradOp<T, GW>{dy, batch, time, s.features, ps.backward_grads(s.positions).data},
                  static_cast<std::size_t>(batch));
     });

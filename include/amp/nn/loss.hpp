@@ -193,32 +193,41 @@ struct ElementwiseGradOp {
   }
 };
 
-// ---- softmax cross-entropy (fused log-softmax + NLL), one row per call ----------
+// ---- softmax cross-entropy (fused log-softmax + NLL), row ops (backend/rows.hpp) ----
 // S rounds the softmax's terms (compute_type<softmax>), C the loss (compute_type<loss>).
-// A row's max and its softmax denominator, sum exp(x - max).
-template <class S, class T>
-AMP_HOST_DEVICE inline void softmax_denominator(const T* row, std::int64_t n, float& max, float& sum) {
-  max = cast<float>(row[0]);
-  for (std::int64_t c = 1; c < n; ++c) max = fmaxf(max, cast<float>(row[c]));
-  sum = 0.0f;
-  for (std::int64_t c = 0; c < n; ++c) sum += round_to<S>(expf(cast<float>(row[c]) - max));
+// A row's max and its softmax denominator, sum exp(x - max), over the lanes.
+template <class S, class T, class Lanes>
+AMP_HOST_DEVICE inline void softmax_denominator(const Lanes& lanes, const T* row, std::int64_t n, float& max,
+                                                float& sum) {
+  max = lanes.max(n, [&](std::int64_t c) { return cast<float>(row[c]); });
+  const float m = max;
+  sum = lanes.sum(n, [&](std::int64_t c) { return round_to<S>(expf(cast<float>(row[c]) - m)); });
 }
 
+// Row r's share of the mean loss into out[r], or the row's index where its label is invalid.
 template <class S, class C, class T>
-struct CrossEntropyValueOp {
+struct CrossEntropyRowOp {
   const T* x;
   const std::int32_t* labels;
   std::int64_t classes;
   float inv_rows;
-  AMP_HOST_DEVICE LossValue operator()(std::size_t r) const {
+  LossValue* out;
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
     const std::int32_t label = labels[r];
-    if (label < 0 || label >= classes) return {0.0f, static_cast<int>(r)};
+    if (label < 0 || label >= classes) {
+      lanes.each(1, [&](std::int64_t) { out[r] = {0.0f, static_cast<int>(r)}; });
+      return;
+    }
     const T* row = x + static_cast<std::int64_t>(r) * classes;
     float m, sum;
-    softmax_denominator<S>(row, classes, m, sum);
-    const float nll = round_to<C>(m + logf(sum) - cast<float>(row[label]));
-    return {nll * inv_rows, -1};
+    softmax_denominator<S>(lanes, row, classes, m, sum);
+    lanes.each(1, [&](std::int64_t) { out[r] = {round_to<C>(m + logf(sum) - cast<float>(row[label])) * inv_rows, -1}; });
   }
+};
+struct RowLossAt {
+  const LossValue* rows;
+  AMP_HOST_DEVICE LossValue operator()(std::size_t r) const { return rows[r]; }
 };
 
 template <bool Scaled, class S, class C, class T>
@@ -230,20 +239,21 @@ struct CrossEntropyGradOp {
   const float* scale;
   float weight, inv_rows;
   bool accumulate;
-  AMP_HOST_DEVICE void operator()(std::size_t r) const {
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
     const std::int64_t base = static_cast<std::int64_t>(r) * classes;
     const std::int32_t label = labels[r];
     if (label < 0 || label >= classes) {  // never a silent gradient from a bad label: NaN, so the step skips
-      for (std::int64_t c = 0; c < classes; ++c) g[base + c] = cast<T>(amp::detail::bits_float(0x7fc00000u));
+      lanes.each(classes, [&](std::int64_t c) { g[base + c] = cast<T>(amp::detail::bits_float(0x7fc00000u)); });
       return;
     }
     float m, sum;
-    softmax_denominator<S>(x + base, classes, m, sum);
+    softmax_denominator<S>(lanes, x + base, classes, m, sum);
     const float k = inv_rows * seed_factor<Scaled>(scale, weight);
-    for (std::int64_t c = 0; c < classes; ++c) {
+    lanes.each(classes, [&](std::int64_t c) {
       const float p = round_to<S>(expf(cast<float>(x[base + c]) - m) / sum);
       store_grad(g, static_cast<std::size_t>(base + c), (p - (c == label ? 1.0f : 0.0f)) * k, accumulate);
-    }
+    });
   }
 };
 
@@ -305,8 +315,11 @@ Loss<P, B> cross_entropy(Context<B>& ctx, const Output<P, B>& pred, Span<const s
   }
   LossValue* slot = pred.graph->loss_slot();
   const float inv = 1.0f / static_cast<float>(pred.rows());
-  transform_reduce(ctx, labels.size, detail::CrossEntropyValueOp<S, C, T>{pred.var.data, labels.data, pred.cols(), inv},
-                   detail::CombineLoss{}, LossValue{}, slot);
+  // Each row's loss by its lanes, then their sum: no row's softmax is ever one thread's work on a GPU.
+  LossValue* rows = ctx.template scratch<LossValue>(scratch_slot::loss_rows, labels.size);
+  for_each_row(ctx, labels.size, pred.cols(),
+               detail::CrossEntropyRowOp<S, C, T>{pred.var.data, labels.data, pred.cols(), inv, rows});
+  transform_reduce(ctx, labels.size, detail::RowLossAt{rows}, detail::CombineLoss{}, LossValue{}, slot);
   auto seed = [](const Loss<P, B>& l, const float* scale, float weight, GradOut<T> g) {
     const auto& p = l.prediction();
     const auto rows = static_cast<std::size_t>(p.rows());
@@ -314,11 +327,11 @@ Loss<P, B> cross_entropy(Context<B>& ctx, const Output<P, B>& pred, Span<const s
     const auto* y = l.template target<std::int32_t>();
     auto& c = l.graph().context();
     if (scale)
-      for_each(c, rows, detail::CrossEntropyGradOp<true, S, C, T>{p.var.data, y, g.data, p.cols(), scale, weight, k, g.accumulate},
-               static_cast<std::size_t>(p.cols()));
+      for_each_row(c, rows, p.cols(),
+                   detail::CrossEntropyGradOp<true, S, C, T>{p.var.data, y, g.data, p.cols(), scale, weight, k, g.accumulate});
     else
-      for_each(c, rows, detail::CrossEntropyGradOp<false, S, C, T>{p.var.data, y, g.data, p.cols(), scale, weight, k, g.accumulate},
-               static_cast<std::size_t>(p.cols()));
+      for_each_row(c, rows, p.cols(),
+                   detail::CrossEntropyGradOp<false, S, C, T>{p.var.data, y, g.data, p.cols(), scale, weight, k, g.accumulate});
   };
   return Loss<P, B>(pred, labels.data, pred.cols(), slot, seed, "cross_entropy");
 }

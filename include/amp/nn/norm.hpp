@@ -106,9 +106,8 @@ class Norm {
     const N* gamma = s.affine ? params.values(s.weight).data : nullptr;
     const N* beta = s.affine ? params.values(s.bias).data : nullptr;
     Var<T> y = g.template tensor<T>(x.shape);
-    for_each(g.context(), static_cast<std::size_t>(rows),
-             detail::NormalizeOp<C, T, N, !batch>{x.data, y.data, saved.mean, saved.inv_std, gamma, beta, cols},
-             static_cast<std::size_t>(cols));
+    for_each_row(g.context(), static_cast<std::size_t>(rows), cols,
+                 detail::NormalizeOp<C, T, N, !batch>{x.data, y.data, saved.mean, saved.inv_std, gamma, beta, cols});
     g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, x, y, saved); });
     return y;
   }
@@ -151,8 +150,7 @@ class Norm {
     const std::int64_t rows = x.rows(), cols = s.features;
     float* mean = g.template scratch<float>(static_cast<std::size_t>(rows));
     float* inv_std = g.template scratch<float>(static_cast<std::size_t>(rows));
-    for_each(g.context(), static_cast<std::size_t>(rows), detail::RowStatsOp<T>{x.data, mean, inv_std, cols, s.eps},
-             static_cast<std::size_t>(cols));
+    for_each_row(g.context(), static_cast<std::size_t>(rows), cols, detail::RowStatsOp<T>{x.data, mean, inv_std, cols, s.eps});
     return {mean, inv_std, true, nullptr, {static_cast<float>(rows), nullptr}};
   }
 
@@ -181,15 +179,13 @@ class Norm {
     if (!dx) return;
     if constexpr (batch) {
       if (saved.sync) saved.sync->all_reduce_sum(ctx, Span<float>(sum_dy, 2 * width));
-      for_each(ctx, static_cast<std::size_t>(rows),
-               detail::BatchNormGradOp<C, T, N>{x.data, dy, dx.data, saved.mean, saved.inv_std, sum_dy, sum_dy_xhat,
-                                                gamma, cols, saved.count, saved.training, dx.accumulate},
-               width);
+      for_each_row(ctx, static_cast<std::size_t>(rows), cols,
+                   detail::BatchNormGradOp<C, T, N>{x.data, dy, dx.data, saved.mean, saved.inv_std, sum_dy, sum_dy_xhat,
+                                                    gamma, cols, saved.count, saved.training, dx.accumulate});
     } else {
-      for_each(ctx, static_cast<std::size_t>(rows),
-               detail::LayerNormGradOp<C, T, N>{x.data, dy, dx.data, saved.mean, saved.inv_std, gamma, cols,
-                                                dx.accumulate},
-               width);
+      for_each_row(ctx, static_cast<std::size_t>(rows), cols,
+                   detail::LayerNormGradOp<C, T, N>{x.data, dy, dx.data, saved.mean, saved.inv_std, gamma, cols,
+                                                    dx.accumulate});
     }
   }
 

@@ -3,7 +3,8 @@
 // backends: statistics accumulated in fp32 (two passes: the mean, then the
 // squared deviations), per column (BatchNorm: a channel over every other
 // position) or per row (LayerNorm), the normalised value rounded through
-// compute_type<norm>, and the backward's sums and input gradients.
+// compute_type<norm>, and the backward's sums and input gradients. Ops over
+// a row take the backend's lanes (backend/rows.hpp): a warp per row on a GPU.
 #include <cmath>
 #include <cstdint>
 
@@ -101,7 +102,7 @@ struct RunningStatsOp {
 };
 
 // Row r: y = round_C((x - mean) inv_std) * gamma + beta, statistics per
-// row (LayerNorm) or per column (BatchNorm).
+// row (LayerNorm) or per column (BatchNorm); a row op (backend/rows.hpp).
 template <class C, class T, class N, bool PerRow>
 struct NormalizeOp {
   const T* x;
@@ -111,17 +112,18 @@ struct NormalizeOp {
   const N* gamma;  // nullptr: no affine
   const N* beta;
   std::int64_t cols;
-  AMP_HOST_DEVICE void operator()(std::size_t r) const {
-    const std::int64_t row = static_cast<std::int64_t>(r), width = cols;
-    const T* in = x + row * width;
-    T* out = y + row * width;
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
+    const std::int64_t row = static_cast<std::int64_t>(r);
+    const T* in = x + row * cols;
+    T* out = y + row * cols;
     with_flag(gamma != nullptr, [&](auto affine) {
-      for (std::int64_t c = 0; c < width; ++c) {
+      lanes.each(cols, [&](std::int64_t c) {
         const std::int64_t s = PerRow ? row : c;
         float v = round_to<C>((cast<float>(in[c]) - mean[s]) * inv_std[s]);
         if constexpr (affine) v = v * cast<float>(gamma[c]) + cast<float>(beta[c]);
         out[c] = cast<T>(round_to<C>(v));
-      }
+      });
     });
   }
 };
@@ -140,14 +142,14 @@ struct BatchNormGradOp {
   std::int64_t cols;
   RowCount count;
   bool training, accumulate;
-  AMP_HOST_DEVICE void operator()(std::size_t r) const {  // row r, every channel
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {  // row r, every channel
     const float rows = count();
-    const std::int64_t width = cols;
-    const auto base = static_cast<std::size_t>(static_cast<std::int64_t>(r) * width);
+    const auto base = static_cast<std::size_t>(static_cast<std::int64_t>(r) * cols);
     with_flag(gamma != nullptr, [&](auto affine) {
       with_flag(training, [&](auto train) {
         with_flag(accumulate, [&](auto add) {
-          for (std::int64_t c = 0; c < width; ++c) {
+          lanes.each(cols, [&](std::int64_t c) {
             const std::size_t i = base + static_cast<std::size_t>(c);
             float scale = inv_std[c];
             if constexpr (affine) scale *= cast<float>(gamma[c]);
@@ -158,7 +160,7 @@ struct BatchNormGradOp {
               v = scale * (g - (sum_dy[c] + xhat * sum_dy_xhat[c]) / rows);
             }
             store_grad(dx, i, round_to<C>(v), add);
-          }
+          });
         });
       });
     });
@@ -178,7 +180,7 @@ struct AffineGradOp {
   }
 };
 
-// LayerNorm's statistics of row r: mean and 1/std over its cols values.
+// LayerNorm's statistics of row r: mean and 1/std over its cols values (a row op).
 template <class T>
 struct RowStatsOp {
   const T* x;
@@ -186,22 +188,22 @@ struct RowStatsOp {
   float* inv_std;
   std::int64_t cols;
   float eps;
-  AMP_HOST_DEVICE void operator()(std::size_t r) const {
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
     const T* row = x + static_cast<std::int64_t>(r) * cols;
-    float sum = 0.0f;
-    for (std::int64_t c = 0; c < cols; ++c) sum += cast<float>(row[c]);
-    const float m = sum / static_cast<float>(cols);
-    float sq = 0.0f;
-    for (std::int64_t c = 0; c < cols; ++c) {
+    const float m = lanes.sum(cols, [&](std::int64_t c) { return cast<float>(row[c]); }) / static_cast<float>(cols);
+    const float sq = lanes.sum(cols, [&](std::int64_t c) {
       const float d = cast<float>(row[c]) - m;
-      sq += d * d;
-    }
-    mean[r] = m;
-    inv_std[r] = 1.0f / sqrtf(sq / static_cast<float>(cols) + eps);
+      return d * d;
+    });
+    lanes.each(1, [&](std::int64_t) {
+      mean[r] = m;
+      inv_std[r] = 1.0f / sqrtf(sq / static_cast<float>(cols) + eps);
+    });
   }
 };
 
-// LayerNorm's input gradient of row r: inv_std / D (D dy g - sum(dy g) - xhat sum(dy g xhat)).
+// LayerNorm's input gradient of row r: inv_std / D (D dy g - sum(dy g) - xhat sum(dy g xhat)) (a row op).
 template <class C, class T, class N>
 struct LayerNormGradOp {
   const T* x;
@@ -212,21 +214,18 @@ struct LayerNormGradOp {
   const N* gamma;
   std::int64_t cols;
   bool accumulate;
-  AMP_HOST_DEVICE void operator()(std::size_t r) const {
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
     const std::int64_t base = static_cast<std::int64_t>(r) * cols;
-    float a = 0.0f, b = 0.0f;
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const float g = cast<float>(dy[base + c]) * (gamma ? cast<float>(gamma[c]) : 1.0f);
-      const float xhat = (cast<float>(x[base + c]) - mean[r]) * inv_std[r];
-      a += g;
-      b += g * xhat;
-    }
+    const auto g = [&](std::int64_t c) { return cast<float>(dy[base + c]) * (gamma ? cast<float>(gamma[c]) : 1.0f); };
+    const auto xhat = [&](std::int64_t c) { return (cast<float>(x[base + c]) - mean[r]) * inv_std[r]; };
+    const float a = lanes.sum(cols, g);
+    const float b = lanes.sum(cols, [&](std::int64_t c) { return g(c) * xhat(c); });
     const float d = static_cast<float>(cols);
-    for (std::int64_t c = 0; c < cols; ++c) {
-      const float g = cast<float>(dy[base + c]) * (gamma ? cast<float>(gamma[c]) : 1.0f);
-      const float xhat = (cast<float>(x[base + c]) - mean[r]) * inv_std[r];
-      store_grad(dx, static_cast<std::size_t>(base + c), round_to<C>(inv_std[r] * (g - (a + xhat * b) / d)), accumulate);
-    }
+    lanes.each(cols, [&](std::int64_t c) {
+      store_grad(dx, static_cast<std::size_t>(base + c), round_to<C>(inv_std[r] * (g(c) - (a + xhat(c) * b) / d)),
+                 accumulate);
+    });
   }
 };
 }  // namespace detail

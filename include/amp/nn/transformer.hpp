@@ -25,12 +25,13 @@ class TransformerBlock {
     float attention_dropout = 0.0f;
     float residual_dropout = 0.0f;  // on each branch before its residual add
     initializer init = initializer::gpt2;  // normal(0, 0.02), zero biases: trains faster here than torch's
+    attention_kernel attention = attention_kernel::fused;
   };
 
   TransformerBlock(Builder<P, B> b, const Config& cfg)
       : ln1_(b.child("ln1"), {.features = cfg.features}),
         attn_(b.child("attn"), {.features = cfg.features, .heads = cfg.heads, .dropout = cfg.attention_dropout,
-                                .init = cfg.init}),
+                                .init = cfg.init, .kernel = cfg.attention}),
         ln2_(b.child("ln2"), {.features = cfg.features}),
         fc_(b.child("mlp.fc"), {.in_features = cfg.features, .out_features = cfg.mlp_ratio * cfg.features,
                                 .act = activation::gelu, .init = cfg.init}),

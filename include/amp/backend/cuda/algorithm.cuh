@@ -1,13 +1,21 @@
 #pragma once
 // GPU launches of the shared functors: a grid-stride for_each kernel and CUB's
 // transform-reduce over a counting iterator (the map takes an index), both on the context's stream, writing results to device memory.
+#include <algorithm>
+#include <climits>
+#include <cstddef>
 #include <map>
 #include <utility>
 
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_reduce.cuh>
+#include <cub/device/device_run_length_encode.cuh>
+#include <cub/device/device_scan.cuh>
 #include <thrust/iterator/counting_iterator.h>
 
 #include "amp/backend/cuda/context.cuh"
+#include "amp/backend/groups.hpp"
+#include "amp/backend/rows.hpp"
 
 namespace amp {
 
@@ -31,6 +39,97 @@ void for_each(Context<cuda>& ctx, std::size_t n, F f, std::size_t /*work_per_ite
   const std::size_t cap = static_cast<std::size_t>(ctx.multiprocessors()) * 16;
   const auto blocks = static_cast<unsigned>(wanted < cap ? wanted : cap);
   detail::for_each_kernel<<<blocks, threads, 0, ctx.stream()>>>(n, f);
+  AMP_CUDA_CHECK(cudaGetLastError());
+}
+
+namespace detail {
+constexpr unsigned full_warp = 0xffffffffu;
+
+struct PlusOp {
+  __host__ __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  __host__ __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+// The lanes of one row (backend/rows.hpp): a warp's 32 threads, or (Block) a
+// whole block's, striding the row. A warp reduces by shuffles; a block then
+// combines its warps' values from shared memory in warp order. The host
+// branches are never taken (this exists on the device only); they keep the
+// row ops' host instantiations compiling.
+template <bool Block>
+struct GpuLanes {
+  float* partials;  // Block: shared, one per warp
+  template <class F>
+  __host__ __device__ float sum(std::int64_t n, F f) const { return reduce(n, f, 0.0f, PlusOp{}); }
+  template <class F>
+  __host__ __device__ float max(std::int64_t n, F f) const { return reduce(n, f, -INFINITY, MaxOp{}); }
+  template <class F>
+  __host__ __device__ void each(std::int64_t n, F f) const {
+#ifdef __CUDA_ARCH__
+    for (std::int64_t c = first(); c < n; c += stride()) f(c);
+#else
+    for (std::int64_t c = 0; c < n; ++c) f(c);
+#endif
+  }
+
+ private:
+  template <class F, class Op>
+  __host__ __device__ float reduce(std::int64_t n, F f, float v, Op op) const {
+#ifdef __CUDA_ARCH__
+    for (std::int64_t c = first(); c < n; c += stride()) v = op(v, f(c));
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(full_warp, v, o));
+    if constexpr (Block) {
+      __syncthreads();  // the previous reduction's readers are done with the partials
+      if (threadIdx.x % 32 == 0) partials[threadIdx.x / 32] = v;
+      __syncthreads();
+      v = partials[0];
+      for (unsigned w = 1; w < blockDim.x / 32; ++w) v = op(v, partials[w]);
+    }
+#else
+    for (std::int64_t c = 0; c < n; ++c) v = op(v, f(c));
+#endif
+    return v;
+  }
+#ifdef __CUDA_ARCH__
+  __device__ static std::int64_t first() { return Block ? threadIdx.x : threadIdx.x % 32; }
+  __device__ static std::int64_t stride() { return Block ? blockDim.x : 32; }
+#endif
+};
+
+template <class Op>
+__global__ void rows_by_warp_kernel(std::size_t rows, Op op) {
+  const std::size_t warps = static_cast<std::size_t>(gridDim.x) * (blockDim.x / 32);
+  const GpuLanes<false> lanes{nullptr};
+  for (std::size_t r = (blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x) / 32; r < rows; r += warps)
+    op(lanes, r);
+}
+
+template <class Op>
+__global__ void rows_by_block_kernel(std::size_t rows, Op op) {
+  __shared__ float partials[32];
+  const GpuLanes<true> lanes{partials};
+  for (std::size_t r = blockIdx.x; r < rows; r += gridDim.x) op(lanes, r);
+}
+}  // namespace detail
+
+// op(lanes, r) for every row r of width values (backend/rows.hpp): a warp a
+// row, or a block of 256 threads a row from block_row_width values up.
+template <class Op>
+void for_each_row(Context<cuda>& ctx, std::size_t rows, std::int64_t width, Op op) {
+  if (rows == 0) return;
+  ctx.activate();
+  ctx.count_launch();
+  constexpr unsigned threads = 256;
+  const std::size_t cap = static_cast<std::size_t>(ctx.multiprocessors()) * 16;
+  if (width >= block_row_width) {
+    const auto blocks = static_cast<unsigned>(rows < cap ? rows : cap);
+    detail::rows_by_block_kernel<<<blocks, threads, 0, ctx.stream()>>>(rows, op);
+  } else {
+    const std::size_t wanted = (rows + threads / 32 - 1) / (threads / 32);
+    const auto blocks = static_cast<unsigned>(wanted < cap ? wanted : cap);
+    detail::rows_by_warp_kernel<<<blocks, threads, 0, ctx.stream()>>>(rows, op);
+  }
   AMP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -83,6 +182,65 @@ void transform_reduce(Context<cuda>& ctx, std::size_t n, Map map, Combine combin
   void* temp = ctx.scratch<std::byte>(scratch_slot::reduction, temp_bytes);
   AMP_CUDA_CHECK(
       cub::DeviceReduce::TransformReduce(temp, temp_bytes, first, out, n, combine, map, init, ctx.stream()));
+}
+
+namespace detail {
+// Rows 0..n-1 for the sort's values; counts[0..n] zero for the scan past the last group.
+struct GroupStartOp {
+  std::int32_t* rows;
+  std::int32_t* counts;
+  std::size_t n;
+  __device__ void operator()(std::size_t i) const {
+    if (i < n) rows[i] = static_cast<std::int32_t>(i);
+    counts[i] = 0;
+  }
+};
+
+// CUB's temporary bytes for the sort, run-length encoding and scan of n keys
+// (one region serves all three, in turn), asked once per device and size.
+inline std::size_t group_cub_bytes(const Context<cuda>& ctx, int n) {
+  thread_local std::map<std::pair<int, int>, std::size_t> known;
+  const auto key = std::make_pair(ctx.device(), n);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  const std::int32_t* in = nullptr;
+  std::int32_t* out = nullptr;
+  std::size_t sort = 0, encode = 0, scan = 0;
+  AMP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort, in, out, in, out, n, 0, 32, ctx.stream()));
+  AMP_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(nullptr, encode, in, out, out, out, n, ctx.stream()));
+  AMP_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan, in, out, n + 1, ctx.stream()));
+  return known[key] = std::max(sort, std::max(encode, scan));
+}
+
+// The int32 part of group_by_key's workspace: the rows 0..n-1, the sorted keys, n + 1 counts.
+inline std::size_t group_int_bytes(std::size_t n) { return ((3 * n + 1) * sizeof(std::int32_t) + 255) / 256 * 256; }
+}  // namespace detail
+
+inline std::size_t group_by_key_bytes(Context<cuda>& ctx, std::size_t n) {
+  AMP_REQUIRE(n < static_cast<std::size_t>(INT_MAX), "group_by_key: ", n, " rows do not fit int32 indices");
+  return detail::group_int_bytes(n) + detail::group_cub_bytes(ctx, static_cast<int>(n));
+}
+
+// Groups rows by key (backend/groups.hpp): CUB's stable radix sort of (key,
+// row) pairs, run-length encoding of the sorted keys, an exclusive scan of
+// the run lengths; all on the stream, deterministic.
+inline void group_by_key(Context<cuda>& ctx, const std::int32_t* keys, std::size_t n, KeyGroups out, void* temp) {
+  const std::size_t bytes = group_by_key_bytes(ctx, n);
+  ctx.activate();
+  const int count = static_cast<int>(n);
+  auto* rows = static_cast<std::int32_t*>(temp);
+  std::int32_t* sorted = rows + n;
+  std::int32_t* counts = sorted + n;
+  void* cub_temp = static_cast<std::byte*>(temp) + detail::group_int_bytes(n);
+  std::size_t cub_bytes = bytes - detail::group_int_bytes(n);
+  for_each(ctx, n + 1, detail::GroupStartOp{rows, counts, n});
+  ctx.count_launch();
+  AMP_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(cub_temp, cub_bytes, keys, sorted, rows, out.rows, count, 0, 32,
+                                                 ctx.stream()));
+  ctx.count_launch();
+  AMP_CUDA_CHECK(cub::DeviceRunLengthEncode::Encode(cub_temp, cub_bytes, sorted, out.keys, counts, out.count, count,
+                                                    ctx.stream()));
+  ctx.count_launch();
+  AMP_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(cub_temp, cub_bytes, counts, out.offsets, count + 1, ctx.stream()));
 }
 
 }  // namespace amp

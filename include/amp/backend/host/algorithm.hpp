@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
+#include "amp/backend/groups.hpp"
+#include "amp/backend/rows.hpp"
 #include "amp/backend/host/context.hpp"
 #include "amp/backend/host/convert.hpp"
 #include "amp/core/error.hpp"
@@ -33,6 +36,20 @@ void for_each(Context<host>& ctx, std::size_t n, F f, std::size_t work_per_item 
   if (n == 0) return;
   ctx.count_launch();
   ctx.issue([threads = ctx.threads(), n, f, work_per_item] { detail::for_each_now(threads, n, f, work_per_item); });
+}
+
+namespace detail {
+template <class Op>
+struct RowAsItem {
+  Op op;
+  void operator()(std::size_t r) const { op(SerialLanes{}, r); }
+};
+}  // namespace detail
+
+// op(lanes, r) for every row r of width values (backend/rows.hpp): one thread a row here.
+template <class Op>
+void for_each_row(Context<host>& ctx, std::size_t rows, std::int64_t width, Op op) {
+  for_each(ctx, rows, detail::RowAsItem<Op>{op}, static_cast<std::size_t>(width));
 }
 
 // Sizes the workspace of a transform_reduce of n items of T now (a model's
@@ -96,6 +113,31 @@ void transform_reduce(Context<host>& ctx, std::size_t n, Map map, Combine combin
   T* partial = chunks > 1 ? ctx.scratch<T>(scratch_slot::partials, chunks) : nullptr;
   ctx.issue([threads = ctx.threads(), n, map, combine, init, out, partial] {
     detail::transform_reduce_now(threads, n, map, combine, init, out, partial);
+  });
+}
+
+// group_by_key's workspace (backend/groups.hpp): one 64-bit (key, row) pair per row.
+inline std::size_t group_by_key_bytes(Context<host>&, std::size_t n) { return n * sizeof(std::uint64_t); }
+
+// Groups rows by key (backend/groups.hpp): one sort of (key, row) pairs, so
+// rows of a key stay in row order.
+inline void group_by_key(Context<host>& ctx, const std::int32_t* keys, std::size_t n, KeyGroups out, void* temp) {
+  AMP_REQUIRE(n < static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()), "group_by_key: ", n,
+              " rows do not fit int32 indices");
+  ctx.count_launch();
+  ctx.issue([keys, n, out, pairs = static_cast<std::uint64_t*>(temp)] {
+    // The key's bits flipped at the sign: unsigned order is signed order.
+    for (std::size_t r = 0; r < n; ++r)
+      pairs[r] = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(keys[r]) ^ 0x80000000u) << 32) | r;
+    std::sort(pairs, pairs + n);
+    std::int32_t groups = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto key = static_cast<std::int32_t>(static_cast<std::uint32_t>(pairs[i] >> 32) ^ 0x80000000u);
+      if (i == 0 || key != out.keys[groups - 1]) out.keys[groups] = key, out.offsets[groups++] = static_cast<std::int32_t>(i);
+      out.rows[i] = static_cast<std::int32_t>(pairs[i] & 0xffffffffu);
+    }
+    out.offsets[groups] = static_cast<std::int32_t>(n);
+    *out.count = groups;
   });
 }
 
