@@ -19,7 +19,7 @@
 
 namespace amp {
 
-// Head dimensions up to 256 (as cuDNN's fused attention).
+// Head dimensions up to 256: the size of the kernels' per-row arrays.
 template <>
 struct fused_attention<host> : std::true_type {
   static constexpr std::int64_t max_dim = 256;
@@ -67,7 +67,7 @@ inline void block_dots(const float* __restrict a, const float* __restrict cols, 
   for (std::int64_t jj = 0; jj < attention_block; ++jj) out[jj] = acc[jj];
 }
 
-// acc[e] += sum over the block of w[jj] * rows[j0 + jj][e], for the first n keys.
+// out[e] += sum over the first n keys of the block of w[jj] * rows[j0 + jj][e], accumulated in registers.
 template <int D>
 inline void block_weighted_rows(const float* __restrict w, const float* __restrict rows, std::int64_t j0,
                                 std::int64_t n, std::int64_t dim, float* __restrict out) {
@@ -101,7 +101,7 @@ AMP_HOST_CLONES void attention_forward_head(const AttentionShape& s, std::int64_
       float block_max = m;
 #pragma omp simd reduction(max : block_max)
       for (std::int64_t jj = 0; jj < B; ++jj) block_max = j0 + jj <= t && w[jj] > block_max ? w[jj] : block_max;
-      const float rescale = exp_poly(m - block_max);  // 0 on the first block (m = -inf clamps)
+      const float rescale = exp_poly(m - block_max);  // first block: scales l = 0 and acc = 0
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
       for (std::int64_t jj = 0; jj < B; ++jj) {
@@ -134,7 +134,7 @@ AMP_HOST_CLONES void attention_backward_head(const AttentionShape& s, std::int64
   const std::int64_t T = s.time, d = D > 0 ? D : s.dim, padded = attention_padded(T), base = h * T * d;
   float* kt = work;              // K^T, V^T [dim x padded]
   float* vt = kt + padded * d;
-  float* kr = vt + padded * d;   // K, dK / alpha, dV [padded x dim]
+  float* kr = vt + padded * d;   // K, dK, dV [padded x dim]
   float* dkr = kr + padded * d;
   float* dvr = dkr + padded * d;
   float* qs = dvr + padded * d;  // the query block's alpha q, dO and dQ / alpha [R x dim]
