@@ -120,6 +120,7 @@ struct Settings {
   int threads = 0;
   std::string data;
   bool tty = false, graph = false;
+  std::string attention_ran;  // the kernel the device ran: fused falls back to materialized where it has none
 };
 
 // The start of training window i: splitmix64 of (seed, i), so any program can replay the order.
@@ -342,7 +343,7 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
   j.key("settings").object().field("context", static_cast<long long>(s.model.context))
       .field("layers", static_cast<long long>(s.model.layers)).field("heads", static_cast<long long>(s.model.heads))
       .field("width", static_cast<long long>(s.model.width)).field("dropout", s.model.dropout)
-      .field("attention", s.model.attention == nn::attention_kernel::fused ? "fused" : "materialized")
+      .field("attention", s.attention_ran)
       .field("batch_size", static_cast<long long>(s.batch)).field("steps", static_cast<long long>(s.steps))
       .field("lr", s.lr).field("min_lr", s.min_lr).field("warmup", static_cast<long long>(s.warmup))
       .field("weight_decay", s.weight_decay).field("clip", s.clip)
@@ -475,6 +476,8 @@ int main(int argc, char** argv) try {
       examples::with_context(gpu, s.threads, [&]<amp::Backend B>(amp::Context<B>& ctx) {
         device = examples::device_label(ctx);
         details = examples::device_details(ctx);
+        s.attention_ran =
+            s.model.attention == nn::attention_kernel::fused && amp::fused_attention<B>::value ? "fused" : "materialized";
         LevelResult r = run_level<P>(ctx, s, corpus);
         if (r.finished) {
           if (!r.sample.empty()) std::printf("  %s sample: %s\n", r.level.c_str(), r.sample.c_str());
