@@ -29,7 +29,8 @@ with tempfile.TemporaryDirectory() as tmp:
                           (["--data", os.path.join(tmp, "empty")], "has no text files"),
                           (["--data", tmp], "holds only 9 bytes of text"),
                           (["--eval-batches", "100000"], "is too short for --eval-batches 100000"),
-                          (["--steps", "0"], "--steps must be an integer in [1, 10000000], got '0'")):
+                          (["--steps", "0"], "--steps must be an integer in [1, 10000000], got '0'"),
+                          (["--attention", "flash"], "--attention must be fused or materialized, not 'flash'")):
         r = run(*args, "--json", json_path)
         assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
         assert not os.path.exists(json_path), args

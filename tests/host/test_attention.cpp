@@ -237,3 +237,15 @@ TEST_CASE_TEMPLATE("attention: the fused kernel's planned activations grow linea
     else CHECK(curvature > 0.1);
   }
 }
+
+TEST_CASE("fused attention: a head dimension past the kernel's arrays is an error naming it, and nothing runs") {
+  Context<host> ctx(1);
+  const AttentionShape s{1, 4, 257, 0.0625f};
+  auto x = buffer<float>(ctx, static_cast<std::size_t>(4 * 257));
+  auto lse = buffer<float>(ctx, 4);
+  const auto launches = ctx.counters().launches;
+  CHECK_THROWS_WITH_AS(attention_forward(ctx, s, x.data(), x.data(), x.data(), x.data(), lse.data(),
+                                         FixedDropout{0.0f, 1.0f, 4, 0}),
+                       doctest::Contains("head dimension 257 (at most 256)"), Error);
+  CHECK(ctx.counters().launches == launches);
+}
