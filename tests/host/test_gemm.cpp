@@ -87,6 +87,43 @@ TEST_CASE_TEMPLATE("host gemm epilogue: bias, relu/gelu, pre-activation and the 
                        doctest::Contains("pre_activation is kept for gelu only"), Error);
 }
 
+// A 16-bit C as wide as GPT-2's vocabulary: the fp32 product goes through
+// scratch in blocks of rows (detail::gemm_z_block values), with op(A)'s rows
+// taken from a transposed A too, and every block's epilogue at its own rows.
+TEST_CASE_TEMPLATE("host gemm into a 16-bit C over 50257 columns: fp32 scratch in row blocks, every row right", T,
+                   GemmFp16, GemmBf16) {
+  using In = typename T::input;
+  constexpr std::int64_t m = 200, n = 50257, k = 8;
+  static_assert(m * n > 2 * detail::gemm_z_block, "three blocks at least");
+  for (const bool ta : {false, true}) {
+    CAPTURE(ta);
+    Context<host> ctx;
+    const auto a = random_values<In>(m * k, 41);  // [m x k], or [k x m] read transposed
+    const auto b = random_values<In>(n * k, 42);  // used transposed, as a tied embedding
+    const auto bias = random_values<In>(n, 43);
+    auto c = random_values<In>(m * n, 44);
+    std::vector<In> pre(m * n);
+    const auto c0 = to_double(c);
+    gemm(ctx, Matrix<const In>{a.data(), ta ? k : m, ta ? m : k, ta ? m : k}, ta ? transpose::yes : transpose::no,
+         Matrix<const In>{b.data(), n, k, k}, transpose::yes, matrix(c.data(), m, n),
+         GemmEpilogue<In>{.alpha = 0.5f, .beta = 0.25f, .bias = bias.data(), .act = activation::gelu,
+                          .pre_activation = pre.data()});
+    CHECK(ctx.memory().peak(memory_kind::workspace) <= static_cast<std::size_t>(detail::gemm_z_block * 4 + (1 << 22)));
+    std::vector<double> z(c0.size()), want(c0.size());
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        double dot = 0;
+        for (std::int64_t q = 0; q < k; ++q)
+          dot += cast<float>(a[ta ? q * m + i : i * k + q]) * static_cast<double>(cast<float>(b[j * k + q]));
+        z[i * n + j] = 0.5 * dot + 0.25 * c0[i * n + j] + cast<float>(bias[j]);
+        want[i * n + j] = GeluFn::forward(static_cast<float>(z[i * n + j]));
+      }
+    const double tol = gemm_rtol<In>(k) * (k + 2);
+    CHECK(worst_error_ratio(to_double(c), want, 0.0, tol) <= 1.0);
+    CHECK(worst_error_ratio(to_double(pre), z, 0.0, tol) <= 1.0);
+  }
+}
+
 TEST_CASE("host gemm: strided views and shape errors") {
   Context<host> ctx;
   // A 2x2 window of a 3x4 matrix (ld 4) times identity.

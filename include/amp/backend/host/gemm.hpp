@@ -152,6 +152,34 @@ void gemm_batched_fp32(int threads, Matrix<const T> a, transpose ta, Matrix<cons
 }
 }  // namespace detail
 
+namespace detail {
+// A 16-bit C's fp32 product goes through scratch in blocks of rows of at most
+// this many values (16 MiB), not m x n: a [tokens x 50257] logits GEMM would
+// otherwise hold a second, fp32 copy of its logits. Smaller products are one block.
+inline constexpr std::int64_t gemm_z_block = std::int64_t{1} << 22;
+
+// Rows [r0, r0 + rows) of op(A).
+template <class T>
+Matrix<const T> op_rows(Matrix<const T> a, transpose ta, std::int64_t r0, std::int64_t rows) {
+  if (ta == transpose::no) return {a.data + r0 * a.ld, rows, a.cols, a.ld};
+  return {a.data + r0, a.rows, rows, a.ld};
+}
+
+// op(A) op(B) through Z block by block, each block's epilogue rounding into C once.
+template <class T, class TC>
+void gemm_through_z(int threads, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, Matrix<TC> c,
+                    const GemmDims& d, std::int64_t block, GemmEpilogue<TC> ep, const GemmScratch& s) {
+  for (std::int64_t r0 = 0; r0 < d.m; r0 += block) {
+    const std::int64_t rows = std::min(block, d.m - r0);
+    multiply_fp32(threads, op_rows(a, ta, r0, rows), ta, b, tb, s.z, d.n, GemmDims{rows, d.n, d.k}, ep.alpha, 0.0f, s);
+    GemmEpilogue<TC> at = ep;
+    if (ep.pre_activation) at.pre_activation = ep.pre_activation + r0 * c.ld;
+    // Z += beta C + bias; keep Z if asked; C = act(Z), rounded once.
+    gemm_epilogue(threads, s.z, d.n, Matrix<TC>{c.data + r0 * c.ld, rows, c.cols, c.ld}, ep.beta, at);
+  }
+}
+}  // namespace detail
+
 template <class TA, class TB, class TC>
 void gemm(Context<host>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB> b, transpose tb, Matrix<TC> c,
           const GemmEpilogue<TC>& ep = {}) {
@@ -164,18 +192,20 @@ void gemm(Context<host>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
     s.a = ctx.scratch<float>(scratch_slot::gemm_a, static_cast<std::size_t>(a.size()));
     s.b = ctx.scratch<float>(scratch_slot::gemm_b, static_cast<std::size_t>(b.size()));
   }
-  if constexpr (!std::is_same_v<TC, float>) s.z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(d.m * d.n));
+  const std::int64_t block = std::clamp<std::int64_t>(detail::gemm_z_block / d.n, 1, d.m);
+  if constexpr (!std::is_same_v<TC, float>) s.z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(block * d.n));
   if (ep.grad_bias && ta == transpose::yes) s.bias = ctx.scratch<float>(scratch_slot::bias_grad, static_cast<std::size_t>(d.m));
-  ctx.issue([threads = ctx.threads(), a, ta, b, tb, c, d, ep, s] {
+  ctx.issue([threads = ctx.threads(), a, ta, b, tb, c, d, ep, s, block] {
     if (ep.grad_bias) detail::add_row_sums(a, ta, d, ep.grad_bias, s.bias);
-    // The fp32 product: straight into C when C is fp32, else into scratch.
+    // The fp32 product: straight into C when C is fp32, else through scratch.
     if constexpr (std::is_same_v<TC, float>) {
       detail::multiply_fp32(threads, a, ta, b, tb, c.data, c.ld, d, ep.alpha, ep.beta, s);
       if (ep.bias || ep.act != activation::none || ep.pre_activation) detail::gemm_epilogue(threads, c.data, c.ld, c, 0.0f, ep);
+    } else if constexpr (std::is_same_v<TA, half>) {  // widened once, not once per block
+      detail::gemm_through_z(threads, detail::widen(threads, a, s.a), ta, detail::widen(threads, b, s.b), tb, c, d, block,
+                             ep, s);
     } else {
-      detail::multiply_fp32(threads, a, ta, b, tb, s.z, d.n, d, ep.alpha, 0.0f, s);
-      // Epilogue, a row at a time: Z += beta C + bias; keep Z if asked; C = act(Z), rounded once.
-      detail::gemm_epilogue(threads, s.z, d.n, c, ep.beta, ep);
+      detail::gemm_through_z(threads, a, ta, b, tb, c, d, block, ep, s);
     }
   });
 }
