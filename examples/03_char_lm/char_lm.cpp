@@ -120,6 +120,7 @@ struct Settings {
   int threads = 0;
   std::string data;
   bool tty = false, graph = false;
+  bool fused_loss = true;  // the logits' memory takes their gradient (nn/fused_cross_entropy.hpp)
   std::string attention_ran;  // the kernel the device ran: fused falls back to materialized where it has none
 };
 
@@ -218,7 +219,7 @@ template <amp::Policy P, amp::Backend B>
 LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) {
   LevelResult r;
   r.level = std::string(amp::policy_name<P>());
-  nn::Model<P, B, Gpt<P, B>> model(ctx, {.max_batch = s.batch, .seed = s.seed}, s.model);
+  nn::Model<P, B, Gpt<P, B>> model(ctx, {.max_batch = s.batch, .seed = s.seed, .fused_loss = s.fused_loss}, s.model);
   // AdamW as GPT-2 trains: no decay on biases and norms, warm-up then cosine, clipping.
   amp::optim::AdamW<P, B> opt(model.parameters(),
                               {.lr = s.lr, .beta2 = 0.99f, .weight_decay = s.weight_decay, .max_grad_norm = s.clip,
@@ -235,7 +236,8 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
   const amp::TensorView<const std::int32_t> x(ids.data(), amp::Shape{s.batch, s.model.context});
   const amp::Span<const std::int32_t> y(targets.span());
   auto train_step = [&] {
-    auto loss = nn::cross_entropy(ctx, model.forward(ctx, x), y);
+    auto out = model.forward(ctx, x);
+    auto loss = s.fused_loss ? nn::fused_cross_entropy(ctx, out, y, opt) : nn::cross_entropy(ctx, out, y);
     opt.zero_grad();
     amp::scale_loss(loss, opt).backward();
     opt.step();
@@ -343,7 +345,7 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
   j.key("settings").object().field("context", static_cast<long long>(s.model.context))
       .field("layers", static_cast<long long>(s.model.layers)).field("heads", static_cast<long long>(s.model.heads))
       .field("width", static_cast<long long>(s.model.width)).field("dropout", s.model.dropout)
-      .field("attention", s.attention_ran)
+      .field("attention", s.attention_ran).field("loss", s.fused_loss ? "fused" : "plain")
       .field("batch_size", static_cast<long long>(s.batch)).field("steps", static_cast<long long>(s.steps))
       .field("lr", s.lr).field("min_lr", s.min_lr).field("warmup", static_cast<long long>(s.warmup))
       .field("weight_decay", s.weight_decay).field("clip", s.clip)
@@ -404,6 +406,7 @@ int main(int argc, char** argv) try {
       .flag("width", "128", "model width (a multiple of --heads)", "N")
       .flag("dropout", "0", "dropout on attention probabilities and residual branches", "P")
       .flag("attention", "fused", "fused (O(T) memory, where the device has the kernel) | materialized (T x T)", "KERNEL")
+      .flag("loss", "fused", "fused (the gradient written over the logits in the loss's pass) | plain", "KIND")
       .flag("lr", "0.003", "peak learning rate (AdamW)", "X")
       .flag("min-lr", "0.0003", "learning rate at the end of the cosine decay", "X")
       .flag("warmup", "60", "linear warm-up steps", "N")
@@ -430,6 +433,9 @@ int main(int argc, char** argv) try {
   AMP_REQUIRE(attention == "fused" || attention == "materialized", "--attention must be fused or materialized, not '",
               attention, "'");
   s.model.attention = attention == "fused" ? nn::attention_kernel::fused : nn::attention_kernel::materialized;
+  const std::string loss = args.str("loss");
+  AMP_REQUIRE(loss == "fused" || loss == "plain", "--loss must be fused or plain, not '", loss, "'");
+  s.fused_loss = loss == "fused";
   s.steps = args.integer("steps", 1, 10'000'000);
   s.batch = args.integer("batch-size", 1, 1 << 16);
   s.lr = static_cast<float>(args.real("lr", 0.0, 1.0, true));

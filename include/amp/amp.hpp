@@ -15,6 +15,7 @@
 #include "amp/nn/attention.hpp"
 #include "amp/nn/conv.hpp"
 #include "amp/nn/embedding.hpp"
+#include "amp/nn/fused_cross_entropy.hpp"
 #include "amp/nn/linear.hpp"
 #include "amp/nn/loss.hpp"
 #include "amp/nn/norm.hpp"

@@ -242,10 +242,11 @@ struct TinyGpt {
   }
 };
 
-// 5 AdamW steps of next-token prediction on ids [4 x 12]; the fp32 view of every parameter afterwards.
+// 5 AdamW steps of next-token prediction on ids [4 x 12], with cross_entropy or
+// fused_cross_entropy; the fp32 view of every parameter afterwards.
 template <class Model, class B>
 std::vector<float> train_lm(Model& model, Context<B>& ctx, const std::vector<std::int32_t>& ids,
-                            const std::vector<std::int32_t>& targets) {
+                            const std::vector<std::int32_t>& targets, bool fused = false) {
   using P = typename Model::policy;
   amp::optim::AdamW<P, B> opt(model.parameters(), {.lr = 0.01f, .weight_decay = 0.1f, .max_grad_norm = 1.0f});
   amp::Buffer<std::int32_t, B> di(ctx, ids.size(), amp::memory_kind::data), dt(ctx, targets.size(), amp::memory_kind::data);
@@ -253,7 +254,8 @@ std::vector<float> train_lm(Model& model, Context<B>& ctx, const std::vector<std
   amp::upload(ctx, dt.span(), targets);
   for (int i = 0; i < 5; ++i) {
     auto out = model.forward(ctx, amp::TensorView<const std::int32_t>(di.data(), amp::Shape{4, 12}));
-    auto loss = nn::cross_entropy(ctx, out, amp::Span<const std::int32_t>(dt.span()));
+    const amp::Span<const std::int32_t> labels(dt.span());
+    auto loss = fused ? nn::fused_cross_entropy(ctx, out, labels, opt) : nn::cross_entropy(ctx, out, labels);
     opt.zero_grad();
     amp::scale_loss(loss, opt).backward();
     opt.step();
@@ -278,4 +280,19 @@ TEST_CASE_TEMPLATE("cuda: transformer training steps (strided-batched attention 
   nn::Model<P, amp::cuda, TinyGpt<P, amp::cuda>> mg(gpu, {.max_batch = 4, .seed = 5});
   nn::Model<P, amp::host, TinyGpt<P, amp::host>> mc(cpu, {.max_batch = 4, .seed = 5});
   compare<P>(train_lm(mg, gpu, ids, targets), train_lm(mc, cpu, ids, targets));
+}
+
+TEST_CASE_TEMPLATE("cuda: training with the fused classifier loss matches the host's, and the plain loss's on the GPU", P,
+                   amp::O0Policy, amp::O2Policy, amp::O3Policy, amp::O2BF16Policy) {
+  AMP_REQUIRE_GPU();
+  std::vector<std::int32_t> ids(48), targets(48);
+  for (int i = 0; i < 48; ++i) ids[i] = (i * 5 + i / 12) % 11, targets[i] = (ids[i] * 2 + 3) % 11;
+  Context<amp::cuda> gpu;
+  Context<amp::host> cpu;
+  nn::Model<P, amp::cuda, TinyGpt<P, amp::cuda>> fused_gpu(gpu, {.max_batch = 4, .seed = 6, .fused_loss = true});
+  nn::Model<P, amp::cuda, TinyGpt<P, amp::cuda>> plain_gpu(gpu, {.max_batch = 4, .seed = 6});
+  nn::Model<P, amp::host, TinyGpt<P, amp::host>> fused_cpu(cpu, {.max_batch = 4, .seed = 6, .fused_loss = true});
+  const auto wg = train_lm(fused_gpu, gpu, ids, targets, true);
+  compare<P>(wg, train_lm(fused_cpu, cpu, ids, targets, true));
+  compare<P>(wg, train_lm(plain_gpu, gpu, ids, targets));
 }

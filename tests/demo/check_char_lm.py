@@ -1,6 +1,7 @@
 """Runs char_lm briefly (40 steps) on the fortunes files at O0, O2 and O1-bf16 and checks that every level
 learns (the validation loss falls far below the uniform guess, ln vocab), that the mixed levels track O0, and
-that the JSON summary, the CSV and the sample are complete; then what the program does with bad input."""
+that the JSON summary, the CSV and the sample are complete; that --graph and the fused loss train bit for bit
+as the eager step and the plain loss; then what the program does with bad input."""
 import csv
 import json
 import math
@@ -30,7 +31,8 @@ with tempfile.TemporaryDirectory() as tmp:
                           (["--data", tmp], "holds only 9 bytes of text"),
                           (["--eval-batches", "100000"], "is too short for --eval-batches 100000"),
                           (["--steps", "0"], "--steps must be an integer in [1, 10000000], got '0'"),
-                          (["--attention", "flash"], "--attention must be fused or materialized, not 'flash'")):
+                          (["--attention", "flash"], "--attention must be fused or materialized, not 'flash'"),
+                          (["--loss", "mse"], "--loss must be fused or plain, not 'mse'")):
         r = run(*args, "--json", json_path)
         assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
         assert not os.path.exists(json_path), args
@@ -73,4 +75,18 @@ with tempfile.TemporaryDirectory() as tmp:
         assert (lv["graph_nodes"] > 50) == bool(graph) and lv["host_syncs_in_loop"] == 0, lv
         losses[bool(graph)] = ([row["loss"] for row in csv.DictReader(open(csv_path))], lv["val_loss"])
     assert losses[True] == losses[False], losses
+
+    # The fused classifier loss (the default): the same training bit for bit, in less activation memory.
+    runs = {}
+    for loss in ("plain", "fused"):
+        r = run("--data", data, "--steps", "8", "--eval-interval", "4", "--eval-batches", "2", "--sample", "0",
+                "--opt-level", "O2", "--loss", loss, "--json", json_path, "--csv", csv_path)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr
+        summary = json.load(open(json_path))
+        assert summary["settings"]["loss"] == loss, summary["settings"]
+        (lv,) = summary["levels"]
+        runs[loss] = ([row["loss"] for row in csv.DictReader(open(csv_path))], lv["val_loss"],
+                      lv["peak_bytes"]["activations"])
+    assert runs["plain"][:2] == runs["fused"][:2], runs
+    assert runs["fused"][2] < runs["plain"][2], runs
 print("char_lm check passed")

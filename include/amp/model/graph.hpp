@@ -187,6 +187,15 @@ class Graph {
   // the handle or the op that holds it.
   template <class U, class... Who>
   void require_current(const Var<U>& v, const Who&... who) const {
+    require_iteration(v, who...);
+    for (const auto& [data, by] : overwritten_)
+      if (v.data == data)
+        fail(who..., ": tensor ", v.shape.str(), " holds its gradient now: ", by,
+             " wrote dL/dx over its values (read a fused loss's logits before the loss, or use cross_entropy)");
+  }
+  // The iteration check alone: a tensor whose memory now holds its gradient passes.
+  template <class U, class... Who>
+  void require_iteration(const Var<U>& v, const Who&... who) const {
     if (v.iteration == iteration_) return;
     fail(who..., ": tensor ", v.shape.str(), " is from iteration ", v.iteration, " of its graph, which is now at ",
          planning_ ? "its planning pass" : "iteration ", planning_ ? "" : std::to_string(iteration_),
@@ -198,19 +207,40 @@ class Graph {
   // dL/dv so far, or nullptr when no gradient reached v.
   template <class U>
   const U* grad(const Var<U>& v) const {
-    require_current(v, "Graph::grad");
+    require_iteration(v, "Graph::grad");
     return v.id < 0 ? nullptr : static_cast<const U*>(grads_[static_cast<std::size_t>(v.id)].data);
   }
   // Where a contribution to dL/dv goes (allocated at the first one); empty
   // for tensors that take no gradient.
   template <class U>
   GradOut<U> grad_out(const Var<U>& v) {
-    require_current(v, "Graph::grad_out");
-    if (v.id < 0) return {};
-    auto& g = grads_[static_cast<std::size_t>(v.id)];
-    if (g.data) return {static_cast<U*>(g.data), true};
-    g.data = allocate(g.bytes);
-    return {static_cast<U*>(g.data), false};
+    return claim_grad(v, static_cast<U*>(nullptr), "Graph::grad_out");
+  }
+
+  // Gradients in place (a fused loss writes dL/dlogits over the logits). The
+  // op that made v says its backward never reads v's values (after recording
+  // that backward); overwrite(v) then claims v's memory for its gradient, while
+  // no backward was recorded since (no other op can have saved v), and reading
+  // v becomes an error.
+  template <class U>
+  void allow_overwrite(const Var<U>& v) {
+    overwritable_ = v.data, overwritable_tape_ = tape_.size();
+  }
+  template <class U>
+  void overwrite(const Var<U>& v, const char* who) {
+    require_current(v, who);
+    AMP_REQUIRE(v.data == overwritable_ && tape_.size() == overwritable_tape_, who, ": the logits ", v.shape.str(),
+                " must come straight from a Linear without activation or Embedding::logits, as the last op of "
+                "the forward, read by no other op (their memory becomes the gradient)");
+    AMP_REQUIRE(v.id >= 0 && !grads_[static_cast<std::size_t>(v.id)].data, who, ": the logits ", v.shape.str(),
+                " take no gradient, or have one already");
+    overwritten_.emplace_back(v.data, who);
+  }
+  // dL/dv lives in v's memory, already written: the first contribution, or
+  // {the gradient so far, accumulate} when another loss seeded one.
+  template <class U>
+  GradOut<U> grad_in_place(const Var<U>& v) {
+    return claim_grad(v, v.data, "Graph::grad_in_place");
   }
 
   // A fresh slot for a loss value: two losses of one iteration never share one.
@@ -309,6 +339,16 @@ class Graph {
     Buffer<std::byte, B> memory;
   };
 
+  // v's gradient slot: taken already (accumulate), or now at memory (nullptr: allocated).
+  template <class U>
+  GradOut<U> claim_grad(const Var<U>& v, U* memory, const char* who) {
+    require_iteration(v, who);
+    if (v.id < 0) return {};
+    auto& g = grads_[static_cast<std::size_t>(v.id)];
+    if (g.data) return {static_cast<U*>(g.data), true};
+    g.data = memory ? memory : allocate(g.bytes);
+    return {static_cast<U*>(g.data), false};
+  }
   // A backward is still to come for the iteration in progress.
   bool open() const { return has_training_forward_ && !backward_done_; }
   void start_iteration() {
@@ -318,6 +358,8 @@ class Graph {
     loss_count_ = 0;
     forwards_ = 0;
     has_training_forward_ = backward_done_ = false;
+    overwritable_ = nullptr;
+    overwritten_.clear();
     ++iteration_;
   }
 
@@ -359,6 +401,9 @@ class Graph {
   int loss_count_ = 0;
   Buffer<std::uint64_t, B> forwards_run_;
   std::uint64_t stream_ = 0;
+  const void* overwritable_ = nullptr;  // the tensor allow_overwrite() named, at tape size overwritable_tape_
+  std::size_t overwritable_tape_ = 0;
+  std::vector<std::pair<const void*, const char*>> overwritten_;  // memory holding its gradient, and who wrote it
 };
 
 }  // namespace amp::nn

@@ -56,6 +56,10 @@ struct ModelOptions {
   // activation memory is planned for this many.
   int forwards_per_iteration = 1;
   std::vector<Input> inputs = {};  // empty: the net's default_inputs()
+  // The loss writes its gradient over the outputs (fused_cross_entropy): no
+  // separate gradient is planned for them (another loss still works, from
+  // memory taken at its first iteration).
+  bool fused_loss = false;
 };
 
 namespace detail {
@@ -201,7 +205,8 @@ class Model {
       auto out = plan_forward();
       detail::each_output(out, [&](auto& v) {
         using U = std::remove_pointer_t<decltype(v.data)>;
-        if (auto g = graph_.grad_out(v)) fill(*ctx_, Span<U>(g.data, v.size()), cast<U>(0.0f));
+        if (options_.fused_loss) graph_.grad_in_place(v);
+        else if (auto g = graph_.grad_out(v)) fill(*ctx_, Span<U>(g.data, v.size()), cast<U>(0.0f));
         reserve_reduction<LossValue>(*ctx_, v.size());  // what a loss over this output reduces
         ctx_->template scratch<LossValue>(scratch_slot::loss_rows, static_cast<std::size_t>(v.rows()));  // per row
       });

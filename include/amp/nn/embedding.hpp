@@ -175,6 +175,7 @@ class Embedding {
       if (dh) gemm(ctx, dyg, transpose::no, w, transpose::no, matrix(dh.data, rows, s.features),
                    GemmEpilogue<T>{.beta = dh.accumulate ? 1.0f : 0.0f});
     });
+    g.allow_overwrite(y);  // the backward reads dy only: a fused loss may write it over y
     return y;
   }
 

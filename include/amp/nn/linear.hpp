@@ -84,6 +84,7 @@ class Linear {
     if (s.has_bias) ep.bias = g.params().template as<T>(s.bias).data;
     gemm(g.context(), xg, transpose::no, weight_matrix(g, s), transpose::yes, y.matrix(), ep);
     g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, x, xg, y, pre); });
+    if (s.act == activation::none) g.allow_overwrite(y);  // its backward reads dy only: a fused loss may reuse y
     return y;
   }
 

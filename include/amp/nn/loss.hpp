@@ -21,15 +21,20 @@ class Loss {
   using T = typename P::activation_type;
   // Adds weight * scale * dL/dpred into grad (scale: a backend pointer, or nullptr for 1).
   using SeedFn = void (*)(const Loss&, const float* scale, float weight, GradOut<T> grad);
+  // A fused loss (fused_cross_entropy): its forward already wrote scale * dL/dpred over pred.
+  struct InPlace {
+    bool on = false;
+    const float* scale = nullptr;
+  };
 
   Loss(const Output<P, B>& pred, const void* target, std::int64_t classes, LossValue* slot, SeedFn seed,
-       const char* name)
-      : pred_(pred), target_(target), classes_(classes), slot_(slot), seed_(seed), name_(name) {}
+       const char* name, InPlace in_place = {})
+      : pred_(pred), target_(target), classes_(classes), slot_(slot), seed_(seed), name_(name), in_place_(in_place) {}
 
   // The loss value (one sync), while its iteration lasts. An invalid target
   // found on the device is reported here.
   float item() const {
-    require_current("item()");
+    graph().require_iteration(pred_.var, name_, ".item() (a Loss)");  // reads its slot only
     const LossValue v = download_one(graph().context(), static_cast<const LossValue*>(slot_));
     AMP_REQUIRE(v.bad_row < 0, name_, ": the target of row ", v.bad_row, " is invalid (a class label outside [0, ",
                 classes_, ") or a value that is not finite or out of range)");
@@ -37,15 +42,21 @@ class Loss {
   }
   const LossValue* value_ptr() const { return slot_; }
 
-  // Seeds dL/dpred (times weight and the scale) without running backward.
-  void seed(const float* scale, float weight = 1.0f) const {
+  // Throws unless seed(scale) may run: nothing is written before every check passed.
+  void check_seed(const float* scale) const {
     require_current("backward()");
     AMP_REQUIRE(!graph().backward_done(), name_, " (a loss of iteration ", pred_.var.iteration,
                 "): backward() already ran on that iteration; each iteration is back-propagated once (to "
                 "back-propagate several losses, sum them: (a + b).backward())");
-    const GradOut<T> g = graph().grad_out(pred_.var);
-    AMP_REQUIRE(g, name_, ": the prediction takes no gradient (it is an input of the model, not an output)");
-    seed_(*this, scale, weight, g);
+    AMP_REQUIRE(pred_.var.id >= 0, name_, ": the prediction takes no gradient (it is an input of the model, not an output)");
+    AMP_REQUIRE(!in_place_.on || scale == in_place_.scale, name_, ": back-propagated with ",
+                scale ? "a scale" : "no scale", " other than the one its forward applied (",
+                in_place_.scale ? "a scaler's" : "none", "): give it the optimizer or scaler that scales its backward");
+  }
+  // Seeds dL/dpred (times weight and the scale) without running backward.
+  void seed(const float* scale, float weight = 1.0f) const {
+    check_seed(scale);
+    seed_(*this, scale, weight, in_place_.on ? graph().grad_in_place(pred_.var) : graph().grad_out(pred_.var));
   }
   // Seeds with scale (a backend pointer; nullptr: unscaled) and back-propagates.
   void backward(const float* scale = nullptr) const {
@@ -56,7 +67,10 @@ class Loss {
   Graph<P, B>& graph() const { return *pred_.graph; }
   const Output<P, B>& prediction() const { return pred_; }
   // Throws unless the loss belongs to its graph's iteration in progress.
-  void require_current(const char* call) const { pred_.require_current(name_, ".", call, " (a Loss)"); }
+  void require_current(const char* call) const {
+    if (in_place_.on) pred_.graph->require_iteration(pred_.var, name_, ".", call, " (a Loss)");  // pred holds its gradient
+    else pred_.require_current(name_, ".", call, " (a Loss)");
+  }
   template <class Target>
   const Target* target() const {
     return static_cast<const Target*>(target_);
@@ -70,6 +84,7 @@ class Loss {
   LossValue* slot_;
   SeedFn seed_;
   const char* name_;
+  InPlace in_place_;
 };
 
 // Several losses back-propagated together (an auxiliary head, a regulariser):
@@ -95,7 +110,7 @@ class LossSum {
   }
   void backward(const float* scale = nullptr) const {
     AMP_REQUIRE(!terms_.empty(), "LossSum::backward: no losses");
-    for (const auto& t : terms_) t.first.require_current("backward()");  // all of them before any seeds
+    for (const auto& [loss, weight] : terms_) loss.check_seed(scale);  // all of them before any seeds
     for (const auto& [loss, weight] : terms_) loss.seed(scale, weight);
     terms_.front().first.graph().backward();
   }
@@ -263,6 +278,20 @@ void check_same_shape(const Output<P, B>& pred, std::int64_t rows, std::int64_t 
               "] and target [", rows, "x", cols, "] differ in shape");
 }
 
+// Class labels for the prediction's rows; on the host a wrong one is named right away.
+template <Policy P, Backend B>
+void check_labels(Context<B>& ctx, const Output<P, B>& pred, Span<const std::int32_t> labels, const char* name) {
+  pred.require_current(name);
+  AMP_REQUIRE(&ctx == &pred.graph->context(), name, ": the prediction lives on another context");
+  AMP_REQUIRE(static_cast<std::int64_t>(labels.size) == pred.rows(), name, ": ", labels.size,
+              " labels for a prediction of ", pred.rows(), " rows");
+  if constexpr (std::is_same_v<B, host>) {
+    for (std::size_t r = 0; r < labels.size; ++r)
+      AMP_REQUIRE(labels[r] >= 0 && labels[r] < pred.cols(), name, ": label ", labels[r], " at row ", r,
+                  " is outside [0, ", pred.cols(), ")");
+  }
+}
+
 // A loss that is a mean over elements, by its Rule.
 template <class Rule, Policy P, Backend B, Scalar Y>
 Loss<P, B> elementwise_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> target, const char* name) {
@@ -304,15 +333,7 @@ Loss<P, B> cross_entropy(Context<B>& ctx, const Output<P, B>& pred, Span<const s
   using T = typename P::activation_type;
   using S = typename P::template compute_type<op::softmax>;
   using C = typename P::template compute_type<op::loss>;
-  pred.require_current("cross_entropy");
-  AMP_REQUIRE(&ctx == &pred.graph->context(), "cross_entropy: the prediction lives on another context");
-  AMP_REQUIRE(static_cast<std::int64_t>(labels.size) == pred.rows(), "cross_entropy: ", labels.size,
-              " labels for a prediction of ", pred.rows(), " rows");
-  if constexpr (std::is_same_v<B, host>) {  // host memory: say which label is wrong right away
-    for (std::size_t r = 0; r < labels.size; ++r)
-      AMP_REQUIRE(labels[r] >= 0 && labels[r] < pred.cols(), "cross_entropy: label ", labels[r], " at row ", r,
-                  " is outside [0, ", pred.cols(), ")");
-  }
+  detail::check_labels(ctx, pred, labels, "cross_entropy");
   LossValue* slot = pred.graph->loss_slot();
   const float inv = 1.0f / static_cast<float>(pred.rows());
   // Each row's loss by its lanes, then their sum: no row's softmax is ever one thread's work on a GPU.
