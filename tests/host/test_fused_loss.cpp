@@ -285,6 +285,20 @@ TEST_CASE("fused_cross_entropy refuses misuse with a message and loses nothing")
     nn::cross_entropy(ctx, po, span(labels)).backward(scaler.scale_ptr());
     CHECK(gradients(model.parameters()) == gradients(plain.parameters()));
   }
+  SUBCASE("seeded twice: refused; in a sum twice: seeded once with the weights added") {
+    auto out = model.forward(ctx, view(ids));
+    auto loss = nn::fused_cross_entropy(ctx, out, span(labels), scaler);
+    model.parameters().zero_grad();
+    (0.25f * loss + 0.75f * loss).backward(scaler.scale_ptr());
+    const Params summed = gradients(model.parameters());
+    model.parameters().zero_grad();
+    auto again = model.forward(ctx, view(ids));
+    auto once = nn::fused_cross_entropy(ctx, again, span(labels), scaler);
+    once.seed(scaler.scale_ptr());
+    CHECK_THROWS_WITH_AS(once.seed(scaler.scale_ptr()), doctest::Contains("fused_cross_entropy: seeded already"), Error);
+    model.graph().backward();
+    CHECK(gradients(model.parameters()) == summed);
+  }
   SUBCASE("after a refusal the next iteration trains with either loss") {
     auto out = model.forward(ctx, view(ids));
     const float fused_value = nn::fused_cross_entropy(ctx, out, span(labels), scaler).item();

@@ -49,9 +49,12 @@ class Loss {
                 "): backward() already ran on that iteration; each iteration is back-propagated once (to "
                 "back-propagate several losses, sum them: (a + b).backward())");
     AMP_REQUIRE(pred_.var.id >= 0, name_, ": the prediction takes no gradient (it is an input of the model, not an output)");
-    AMP_REQUIRE(!in_place_.on || scale == in_place_.scale, name_, ": back-propagated with ",
-                scale ? "a scale" : "no scale", " other than the one its forward applied (",
-                in_place_.scale ? "a scaler's" : "none", "): give it the optimizer or scaler that scales its backward");
+    if (!in_place_.on) return;
+    AMP_REQUIRE(scale == in_place_.scale, name_, ": back-propagated with ", scale ? "a scale" : "no scale",
+                " other than the one its forward applied (", in_place_.scale ? "a scaler's" : "none",
+                "): give it the optimizer or scaler that scales its backward");
+    AMP_REQUIRE(!graph().grad(pred_.var), name_, ": seeded already (a second seed would weight the gradient "
+                "written over the logits again; in a sum, weights of one loss add: 0.5f * l + 0.5f * l)");
   }
   // Seeds dL/dpred (times weight and the scale) without running backward.
   void seed(const float* scale, float weight = 1.0f) const {
@@ -111,7 +114,17 @@ class LossSum {
   void backward(const float* scale = nullptr) const {
     AMP_REQUIRE(!terms_.empty(), "LossSum::backward: no losses");
     for (const auto& [loss, weight] : terms_) loss.check_seed(scale);  // all of them before any seeds
-    for (const auto& [loss, weight] : terms_) loss.seed(scale, weight);
+    // A loss in the sum twice seeds once, with its weights added (a fused loss can seed only once).
+    for (std::size_t i = 0; i < terms_.size(); ++i) {
+      const auto same = [&](std::size_t j) { return terms_[j].first.value_ptr() == terms_[i].first.value_ptr(); };
+      bool first = true;
+      for (std::size_t j = 0; j < i; ++j) first = first && !same(j);
+      if (!first) continue;
+      float weight = 0.0f;
+      for (std::size_t j = i; j < terms_.size(); ++j)
+        if (same(j)) weight += terms_[j].second;
+      terms_[i].first.seed(scale, weight);
+    }
     terms_.front().first.graph().backward();
   }
   Graph<P, B>& graph() const { return terms_.front().first.graph(); }
