@@ -38,30 +38,19 @@ struct FusedCrossEntropyOp {
     const std::int32_t label = labels[r];
     if (label < 0 || label >= classes) {  // as cross_entropy: the row's index, and a NaN gradient so the step skips
       lanes.each(1, [&](std::int64_t) { out[r] = {0.0f, static_cast<int>(r)}; });
-      lanes.each(classes, [&](std::int64_t c) { row[c] = cast<T>(amp::detail::bits_float(0x7fc00000u)); });
+      lanes.each(classes, [&](std::int64_t c) { row[c] = cast<T>(bad_label_grad()); });
       return;
     }
     // Read by every lane through a reduction, so no lane overwrites it before all have it.
     const float at_label = lanes.sum(1, [&](std::int64_t) { return cast<float>(row[label]); });
     float m, sum;
     softmax_denominator<S>(lanes, row, classes, m, sum);
-    lanes.each(1, [&](std::int64_t) { out[r] = {round_to<C>(m + logf(sum) - at_label) * inv_rows, -1}; });
+    lanes.each(1, [&](std::int64_t) { out[r] = {cross_entropy_row_loss<C>(m, sum, at_label, inv_rows), -1}; });
     const float k = inv_rows * seed_factor<Scaled>(scale, 1.0f);
     lanes.each(classes, [&](std::int64_t c) {  // each lane writes only what it reads
-      const float p = round_to<S>(expf(cast<float>(row[c]) - m) / sum);
-      row[c] = cast<T>((p - (c == label ? 1.0f : 0.0f)) * k);
+      row[c] = cast<T>(cross_entropy_grad<S>(cast<float>(row[c]), m, sum, c == label, k));
     });
   }
-};
-
-// dx (+)= weight * dy (dx may be dy itself).
-template <class T>
-struct WeightedGradOp {
-  const T* dy;
-  T* dx;
-  float weight;
-  bool accumulate;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const { store_grad(dx, i, weight * cast<float>(dy[i]), accumulate); }
 };
 
 // The scale a scaler applies: an optimizer's scaler, a scaler, or a pointer (nullptr: none).
@@ -97,7 +86,7 @@ Loss<P, B> fused_cross_entropy(Context<B>& ctx, const Output<P, B>& logits, Span
   auto seed = [](const Loss<P, B>& l, const float*, float weight, GradOut<T> grad) {
     const auto& v = l.prediction().var;
     if (!grad.accumulate && weight == 1.0f) return;
-    for_each(l.graph().context(), v.size(), detail::WeightedGradOp<T>{v.data, grad.data, weight, grad.accumulate});
+    for_each(l.graph().context(), v.size(), detail::AddGradOp<T>{v.data, grad.data, grad.accumulate, weight});
   };
   return Loss<P, B>(logits, labels.data, logits.cols(), slot, seed, name, {.on = true, .scale = scale});
 }

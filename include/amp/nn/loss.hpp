@@ -232,6 +232,20 @@ AMP_HOST_DEVICE inline void softmax_denominator(const Lanes& lanes, const T* row
   sum = lanes.sum(n, [&](std::int64_t c) { return round_to<S>(expf(cast<float>(row[c]) - m)); });
 }
 
+// The math both cross-entropy paths share (fused_cross_entropy's equals this one bit for bit):
+// a row's share of the mean loss, log-sum-exp minus the label's logit, rounded in C;
+template <class C>
+AMP_HOST_DEVICE inline float cross_entropy_row_loss(float max, float sum, float at_label, float inv_rows) {
+  return round_to<C>(max + logf(sum) - at_label) * inv_rows;
+}
+// one element of k (softmax - onehot), the softmax rounded in S;
+template <class S>
+AMP_HOST_DEVICE inline float cross_entropy_grad(float x, float max, float sum, bool is_label, float k) {
+  return (round_to<S>(expf(x - max) / sum) - (is_label ? 1.0f : 0.0f)) * k;
+}
+// and a bad label's gradient: never a silent one, NaN, so the step skips.
+AMP_HOST_DEVICE inline float bad_label_grad() { return amp::detail::bits_float(0x7fc00000u); }
+
 // Row r's share of the mean loss into out[r], or the row's index where its label is invalid.
 template <class S, class C, class T>
 struct CrossEntropyRowOp {
@@ -250,7 +264,7 @@ struct CrossEntropyRowOp {
     const T* row = x + static_cast<std::int64_t>(r) * classes;
     float m, sum;
     softmax_denominator<S>(lanes, row, classes, m, sum);
-    lanes.each(1, [&](std::int64_t) { out[r] = {round_to<C>(m + logf(sum) - cast<float>(row[label])) * inv_rows, -1}; });
+    lanes.each(1, [&](std::int64_t) { out[r] = {cross_entropy_row_loss<C>(m, sum, cast<float>(row[label]), inv_rows), -1}; });
   }
 };
 struct RowLossAt {
@@ -271,16 +285,16 @@ struct CrossEntropyGradOp {
   AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
     const std::int64_t base = static_cast<std::int64_t>(r) * classes;
     const std::int32_t label = labels[r];
-    if (label < 0 || label >= classes) {  // never a silent gradient from a bad label: NaN, so the step skips
-      lanes.each(classes, [&](std::int64_t c) { g[base + c] = cast<T>(amp::detail::bits_float(0x7fc00000u)); });
+    if (label < 0 || label >= classes) {
+      lanes.each(classes, [&](std::int64_t c) { g[base + c] = cast<T>(bad_label_grad()); });
       return;
     }
     float m, sum;
     softmax_denominator<S>(lanes, x + base, classes, m, sum);
     const float k = inv_rows * seed_factor<Scaled>(scale, weight);
     lanes.each(classes, [&](std::int64_t c) {
-      const float p = round_to<S>(expf(cast<float>(x[base + c]) - m) / sum);
-      store_grad(g, static_cast<std::size_t>(base + c), (p - (c == label ? 1.0f : 0.0f)) * k, accumulate);
+      store_grad(g, static_cast<std::size_t>(base + c), cross_entropy_grad<S>(cast<float>(x[base + c]), m, sum, c == label, k),
+                 accumulate);
     });
   }
 };

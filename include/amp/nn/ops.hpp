@@ -62,13 +62,14 @@ struct ActivationOp {
   AMP_HOST_DEVICE void operator()(std::size_t i) const { y[i] = cast<T>(round_to<C>(Fn::forward(cast<float>(x[i])))); }
 };
 
-// dx (+)= dy, for ops whose backward passes a gradient through.
+// dx (+)= weight * dy, for ops whose backward passes a gradient through (dx may be dy).
 template <class T>
 struct AddGradOp {
   const T* dy;
   T* dx;
   bool accumulate;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const { store_grad(dx, i, cast<float>(dy[i]), accumulate); }
+  float weight = 1.0f;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const { store_grad(dx, i, weight * cast<float>(dy[i]), accumulate); }
 };
 
 // Column sums of a rows x cols matrix given per element by f(r, c), in two
