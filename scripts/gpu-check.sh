@@ -155,6 +155,7 @@ if [ "$mode" = "--dry-run" ]; then
        "libraries; dry run $(( SECONDS - start )) s. On the GPU machine, within ${GPU_CHECK_SECONDS:-450} s:"
   echo "  tests:      ${tests[*]} (none may skip)"
   echo "  programs:   ${programs[*]}, each eager and --graph (bench/gpu-programs.sh)"
+  echo "  FP8:        bench/fp8_gpt.sh: char_lm at width 768, 12 blocks, O2-fp8 against O2-bf16"
   echo "  PyTorch:    bench/gpu-pytorch.sh: fp32, fp16 autocast + GradScaler, bf16 autocast"
   echo "  sanitizer:  compute-sanitizer memcheck on amp_cuda_backend_tests and the O2 capture cases"
   exit 0
@@ -204,6 +205,9 @@ for t in "${tests[@]}"; do
   stage "test-$t" 120 "$carry/bin/$t"
 done
 stage programs 200 bash "$AMP_ROOT/bench/gpu-programs.sh"
+# O2-fp8 against O2-bf16 at GPT-2 small's width and depth (char_lm's vocabulary), one round.
+stage fp8-gpt 90 env CHAR_LM="$carry/bin/char_lm" AMP_DATA="$carry/data/fortunes" BENCH_OUT="$work" \
+  bash "$AMP_ROOT/bench/fp8_gpt.sh" 1 --device cuda --width 768 --layers 12 --heads 12 --context 256 --steps 30
 stage pytorch 120 bash "$AMP_ROOT/bench/gpu-pytorch.sh"
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$sanitizer" ]; then

@@ -7,6 +7,7 @@ loop), and PyTorch's AMP on the same recipes.
 usage: gpu_summary.py WORK_DIR
 Writes WORK_DIR/summary.txt and WORK_DIR/results.json, prints the summary; exit status 0 only if everything ran
 and passed with nothing skipped."""
+import csv
 import glob
 import json
 import math
@@ -155,6 +156,29 @@ def programs(work, s):
     return result
 
 
+def fp8_gpt(work, s):
+    """bench/fp8_gpt.sh's rows: O2-fp8 against O2-bf16 on a GPT of width 768 and 12 blocks."""
+    path = os.path.join(work, "fp8_gpt.csv")
+    if not os.path.exists(path):
+        s.say("  not run")
+        return {}
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    by = {r["level"]: r for r in rows}
+    for level, r in by.items():
+        s.say(f"  {level:8} {float(r['step_ms']):9.2f} ms/step {float(r['tokens_per_second']):12.0f} tokens/s "
+              f"val loss {float(r['val_loss']):.4f} ({r['fp8_layers']} FP8 layers)")
+    if "O2-bf16" in by and "O2-fp8" in by:
+        speedup = float(by["O2-bf16"]["step_ms"]) / float(by["O2-fp8"]["step_ms"])
+        s.say(f"  O2-fp8 x{speedup:.2f} the speed of O2-bf16")
+        for level in by:
+            if not math.isfinite(float(by[level]["val_loss"])):
+                s.fail(f"fp8 GPT {level}: validation loss not finite")
+        return {"rows": rows, "speedup": speedup}
+    s.fail("fp8 GPT: a level is missing from fp8_gpt.csv")
+    return {"rows": rows}
+
+
 def main(work):
     s = Summary()
     gpu = read(os.path.join(work, "gpu.txt")).strip()
@@ -172,6 +196,8 @@ def main(work):
         s.say("  not run")
     s.say("programs, eager and --graph:")
     results["programs"] = programs(work, s)
+    s.say("O2-fp8 against O2-bf16, GPT width 768, 12 blocks (bench/fp8_gpt.sh):")
+    results["fp8_gpt"] = fp8_gpt(work, s)
     results["problems"] = s.problems
     results["passed"] = not s.problems
     s.say("=" * 78)

@@ -116,7 +116,7 @@ std::string to_json(const std::string& device, int iterations, bool graph, const
 
 int main(int argc, char** argv) try {
   examples::Args args("seed_linear", "The Apex seed: Linear 1024->512, MSE, SGD lr 1e-3, per opt level.");
-  args.flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16|all (O0 always runs: it is the reference)", "LEVEL")
+  args.flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16|O2-fp8|all (O0 always runs: it is the reference)", "LEVEL")
       .flag("device", "auto", "auto|cpu|cuda (auto: the GPU when one is present)", "DEVICE")
       .flag("threads", "0", "CPU threads (0: the idle cores; see README)", "N")
       .flag("iterations", "500", "training iterations per level", "N")

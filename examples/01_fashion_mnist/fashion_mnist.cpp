@@ -28,6 +28,7 @@
 
 #include "common/args.hpp"
 #include "common/json.hpp"
+#include "common/fp8.hpp"
 #include "common/levels.hpp"
 #include "common/record.hpp"
 #include "common/run.hpp"
@@ -122,6 +123,7 @@ struct LevelResult {
   std::vector<EpochLog> epochs;
   std::vector<StepLog> steps;
   std::vector<std::int32_t> predictions;  // the test set's, after the last epoch
+  examples::Fp8Summary fp8;               // FP8 levels: layers and final scales
 };
 
 // What a resumed run must agree on with the run that saved (the level may differ: a policy conversion).
@@ -346,6 +348,7 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
     r.peak[k] = ctx.memory().peak(static_cast<amp::memory_kind>(k));
   r.peak_total = ctx.memory().peak_total();
   r.final_scale = r.epochs.back().scale;
+  r.fp8 = examples::fp8_summary(model.parameters());
   r.finished = true;
   return r;
 }
@@ -444,6 +447,7 @@ void print_parameters(const std::vector<LevelResult>& results) {
     for (const auto& p : r.parameters)
       std::printf("  %-20s %-16s %-5s %s\n", p.name.c_str(), p.shape.c_str(), p.dtype.c_str(),
                   p.master_dtype.empty() ? "-" : p.master_dtype.c_str());
+    examples::print_fp8(r.level, r.fp8);
   }
 }
 
@@ -471,7 +475,9 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
     j.field("skipped_steps", r.skipped).field("final_loss_scale", r.final_scale);
     j.field("host_syncs_in_loop", r.host_syncs_in_loop).field("allocations_in_loop", r.allocations_in_loop);
     j.field("pageable_copies_in_loop", r.pageable_copies_in_loop).field("launches_per_step", r.launches_per_step);
-    j.field("graph_nodes", r.graph_nodes).field("step_ms", r.step_ms).key("parameters").array();
+    j.field("graph_nodes", r.graph_nodes).field("step_ms", r.step_ms);
+    examples::json_fp8(j, r.fp8);
+    j.key("parameters").array();
     for (const auto& p : r.parameters) {
       j.object().field("name", p.name).field("shape", p.shape).field("dtype", p.dtype).key("master_dtype");
       if (p.master_dtype.empty()) j.null();
@@ -521,7 +527,7 @@ int main(int argc, char** argv) try {
                       "An MLP or a CNN on Fashion-MNIST at each opt level: accuracy, speed and memory side by side.");
   args.flag("data", "/usr/share/datasets/fashion-mnist", "folder with the IDX files (gzip or raw; MNIST works too)", "DIR")
       .flag("model", "mlp", "mlp (784-256-128-10) or cnn (2 x conv3x3-BN-ReLU-maxpool, 3136-128-10)", "NAME")
-      .flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16, a comma-separated list, or all", "LEVEL")
+      .flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16|O2-fp8, a comma-separated list, or all", "LEVEL")
       .flag("device", "auto", "auto|cpu|cuda (auto: the GPU when one is present)", "DEVICE")
       .flag("threads", "0", "CPU threads (0: the idle cores; see README)", "N")
       .flag("optimizer", "sgd", "sgd|adam|adamw", "NAME")

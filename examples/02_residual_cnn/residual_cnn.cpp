@@ -131,7 +131,7 @@ amp::data::LabelledImages first(amp::data::LabelledImages set, std::int64_t n) {
 int main(int argc, char** argv) try {
   examples::Args args("residual_cnn", "A residual CNN written with amp's composition API, at each opt level.");
   args.flag("data", "/usr/share/datasets/fashion-mnist", "folder with the Fashion-MNIST IDX files", "DIR")
-      .flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16|all (O0 always runs: it is the reference)", "LEVEL")
+      .flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16|O2-fp8|all (O0 always runs: it is the reference)", "LEVEL")
       .flag("device", "auto", "auto|cpu|cuda", "DEVICE")
       .flag("threads", "0", "CPU threads (0: the idle cores)", "N")
       .flag("epochs", "2", "training epochs", "N")

@@ -21,6 +21,7 @@
 
 #include "common/args.hpp"
 #include "common/json.hpp"
+#include "common/fp8.hpp"
 #include "common/levels.hpp"
 #include "common/record.hpp"
 #include "common/run.hpp"
@@ -165,6 +166,7 @@ struct LevelResult {
   std::vector<Evaluation> evaluations;
   std::vector<StepRecord> steps;
   std::string sample;
+  examples::Fp8Summary fp8;  // FP8 levels: layers and final scales
 };
 
 template <class Model, amp::Backend B>
@@ -295,6 +297,7 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
   for (int k = 0; k < static_cast<int>(amp::memory_kind::count); ++k)
     r.peak[k] = ctx.memory().peak(static_cast<amp::memory_kind>(k));
   r.peak_total = ctx.memory().peak_total();
+  r.fp8 = examples::fp8_summary(model.parameters());
   if (s.sample > 0) r.sample = generate(ctx, model, s, c);
   r.finished = true;
   return r;
@@ -365,6 +368,7 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
     j.field("host_syncs_in_loop", r.host_syncs_in_loop).field("allocations_in_loop", r.allocations_in_loop);
     j.field("pageable_copies_in_loop", r.pageable_copies_in_loop).field("launches_per_step", r.launches_per_step);
     j.field("graph_nodes", r.graph_nodes).field("step_ms", r.step_ms);
+    examples::json_fp8(j, r.fp8);
     j.field("sample", r.sample).key("epochs").array();
     for (std::size_t i = 0; i < r.evaluations.size(); ++i)
       j.object().field("epoch", static_cast<long long>(i + 1)).field("step", static_cast<long long>(r.evaluations[i].step))
@@ -395,7 +399,7 @@ int main(int argc, char** argv) try {
   examples::Args args("char_lm", "A character-level GPT on the fortunes files at each opt level.");
   args.flag("data", "/usr/share/games/fortunes", "folder of text files (Debian's fortunes; files without extension)",
             "DIR")
-      .flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16, a comma-separated list, or all", "LEVEL")
+      .flag("opt-level", "all", "O0|O1|O2|O3|O1-bf16|O2-bf16|O2-fp8, a comma-separated list, or all", "LEVEL")
       .flag("device", "auto", "auto|cpu|cuda (auto: the GPU when one is present)", "DEVICE")
       .flag("threads", "0", "CPU threads (0: the idle cores)", "N")
       .flag("steps", "650", "training steps per level", "N")

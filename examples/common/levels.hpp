@@ -8,7 +8,7 @@
 
 namespace examples {
 
-inline const std::vector<std::string> all_levels = {"O0", "O1", "O2", "O3", "O1-bf16", "O2-bf16"};
+inline const std::vector<std::string> all_levels = {"O0", "O1", "O2", "O3", "O1-bf16", "O2-bf16", "O2-fp8"};
 
 // Calls fn.template operator()<Policy>() for the policy named `level`.
 template <class Fn>
@@ -19,7 +19,8 @@ void with_policy(const std::string& level, Fn&& fn) {
   else if (level == "O3") fn.template operator()<amp::O3Policy>();
   else if (level == "O1-bf16") fn.template operator()<amp::O1BF16Policy>();
   else if (level == "O2-bf16") fn.template operator()<amp::O2BF16Policy>();
-  else amp::fail("unknown --opt-level '", level, "' (expected O0|O1|O2|O3|O1-bf16|O2-bf16|all)");
+  else if (level == "O2-fp8") fn.template operator()<amp::O2FP8Policy>();
+  else amp::fail("unknown --opt-level '", level, "' (expected O0|O1|O2|O3|O1-bf16|O2-bf16|O2-fp8|all)");
 }
 
 // "all", one level, or a comma-separated list ("O0,O2-bf16").
@@ -30,7 +31,7 @@ inline std::vector<std::string> parse_levels(const std::string& arg) {
     const std::size_t comma = std::min(arg.find(',', start), arg.size());
     const std::string level = arg.substr(start, comma - start);
     AMP_REQUIRE(std::find(all_levels.begin(), all_levels.end(), level) != all_levels.end(), "unknown --opt-level '",
-                level, "' (expected O0|O1|O2|O3|O1-bf16|O2-bf16, a comma-separated list of them, or all)");
+                level, "' (expected O0|O1|O2|O3|O1-bf16|O2-bf16|O2-fp8, a comma-separated list of them, or all)");
     levels.push_back(level);
     start = comma + 1;
   }

@@ -11,11 +11,14 @@
 //   norm_param_type   BatchNorm / LayerNorm scale and shift, and their gradients
 //   compute_type<op>  what each op category computes in (rounds its results to)
 //   loss_scaling      none, a static scale, or dynamic scaling: a compile-time mode
+//   fp8 (optional)    Linear layers' GEMMs in FP8: the formats, the scaling recipe
+//                     and which layers stay in compute_type<gemm> (see Fp8)
 // Sums (GEMM, reductions, statistics) always accumulate in fp32 or wider.
 #include <concepts>
 #include <string_view>
 #include <type_traits>
 
+#include "amp/core/fp8.hpp"
 #include "amp/core/numeric.hpp"
 
 namespace amp {
@@ -90,6 +93,48 @@ struct O2BF16Policy : O1BF16Policy {
   static constexpr std::string_view name = "O2-bf16";
 };
 
+// FP8 scaling recipes (Transformer Engine's). Delayed: each FP8 operand keeps
+// the amaxes of its last History iterations; the optimizer's step sets its
+// scale to fp8_max / max(history) / 2^Margin, on the device, and the next
+// iteration casts with it (the amax of a cast is found in the same pass).
+template <int History = 1024, int Margin = 0>
+struct DelayedScaling {
+  static_assert(History >= 1 && Margin >= 0);
+  static constexpr bool delayed = true;
+  static constexpr int history = History, margin = Margin;
+};
+// Current: each cast first finds its own tensor's amax (one more read) and
+// scales by fp8_max / amax / 2^Margin.
+template <int Margin = 0>
+struct CurrentScaling {
+  static_assert(Margin >= 0);
+  static constexpr bool delayed = false;
+  static constexpr int history = 1, margin = Margin;
+};
+
+// What runs in FP8: Linear layers' three GEMMs (forward, input gradient,
+// weight gradient), with inputs and weights in Forward and the output
+// gradient in Backward (HYBRID: E4M3 forward, E5M2 gradients), fp32
+// accumulation. The first KeepFirst and the last KeepLast layers with
+// weights (Linear, Conv2d, Embedding, in the order of the model's forward)
+// stay in compute_type<gemm>; convolutions and attention's products always do.
+template <class Recipe = DelayedScaling<>, class Forward = fp8_e4m3, class Backward = fp8_e5m2, int KeepFirst = 1,
+          int KeepLast = 1>
+struct Fp8 {
+  static_assert(is_fp8_v<Forward> && is_fp8_v<Backward> && KeepFirst >= 0 && KeepLast >= 0);
+  using recipe = Recipe;
+  using forward_type = Forward;
+  using backward_type = Backward;
+  static constexpr int keep_first = KeepFirst, keep_last = KeepLast;
+};
+
+// O2-fp8: O2-bf16 (bf16 weights and activations, fp32 masters, fp32 norms,
+// softmax and losses), with its Linear GEMMs in FP8 under delayed scaling.
+struct O2FP8Policy : O2BF16Policy {
+  using fp8 = Fp8<>;
+  static constexpr std::string_view name = "O2-fp8";
+};
+
 template <class P>
 concept Policy = requires {
   typename P::param_type;
@@ -138,6 +183,26 @@ inline constexpr bool policy_uses_v =
     std::is_same_v<typename P::template compute_type<op::loss>, T> ||
     std::is_same_v<typename P::template compute_type<op::reduction>, T>;
 }  // namespace detail
+
+// The policy runs Linear layers in FP8 (it has an fp8 alias).
+template <Policy P>
+inline constexpr bool uses_fp8_v = requires { typename P::fp8::recipe; };
+
+namespace detail {
+template <class P>
+struct fp8_config {
+  using type = Fp8<>;
+};
+template <class P>
+  requires requires { typename P::fp8::recipe; }
+struct fp8_config<P> {
+  using type = typename P::fp8;
+};
+}  // namespace detail
+
+// The policy's Fp8, or Fp8<> (never used) for a policy without one.
+template <Policy P>
+using fp8_config_t = typename detail::fp8_config<P>::type;
 
 template <Policy P>
 inline constexpr bool needs_half_support_v = detail::policy_uses_v<P, half>;

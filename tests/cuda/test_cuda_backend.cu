@@ -3,6 +3,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -127,6 +128,92 @@ TEST_CASE_TEMPLATE("cuda: the fused GEMM epilogue (bias, relu/gelu, pre-activati
   const double tol = 2 * gemm_rtol<In>(m) * m;
   CHECK(worst_error_ratio(to_double(download(ctx, Span<const In>(dw.buf.span()))), to_double(hw), 0.0, tol) <= 1.0);
   CHECK(worst_error_ratio(to_double(download(ctx, Span<const In>(dbb.buf.span()))), to_double(hb), 0.0, tol) <= 1.0);
+}
+
+namespace {
+struct Fp8Both {
+  const float* in;
+  std::uint8_t* e4m3;
+  std::uint8_t* e5m2;
+  float* back;
+  __host__ __device__ void operator()(std::size_t i) const {
+    e4m3[i] = fp8_from_float<fp8_e4m3>(in[i]).__x;
+    e5m2[i] = fp8_from_float<fp8_e5m2>(in[i]).__x;
+    fp8_e4m3 c;
+    c.__x = static_cast<std::uint8_t>(i & 0xffu);
+    back[i] = fp8_to_float(c);
+  }
+};
+}  // namespace
+
+TEST_CASE("cuda: FP8 encoding (cvt.rn.satfinite) and decoding give the host's bits") {
+  AMP_REQUIRE_GPU();
+  Context<amp::cuda> ctx;
+  std::vector<float> in;
+  for (std::uint32_t hi = 0; hi < 65536; ++hi)
+    for (std::uint32_t lo : {0x0000u, 0x7fffu, 0x8000u, 0x8001u}) in.push_back(detail::bits_float(hi << 16 | lo));
+  DeviceCopy<float> din(ctx, in);
+  Buffer<std::uint8_t, amp::cuda> a(ctx, in.size(), memory_kind::workspace), b(ctx, in.size(), memory_kind::workspace);
+  Buffer<float, amp::cuda> back(ctx, in.size(), memory_kind::workspace);
+  for_each(ctx, in.size(), Fp8Both{din.buf.data(), a.data(), b.data(), back.data()});
+  const auto ad = download(ctx, Span<const std::uint8_t>(a.span())), bd = download(ctx, Span<const std::uint8_t>(b.span()));
+  const auto fd = download(ctx, Span<const float>(back.span()));
+  std::size_t mismatches = 0;
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    mismatches += ad[i] != fp8_from_float<fp8_e4m3>(in[i]).__x || bd[i] != fp8_from_float<fp8_e5m2>(in[i]).__x;
+    fp8_e4m3 c;
+    c.__x = static_cast<std::uint8_t>(i & 0xffu);
+    if (!std::isnan(fd[i])) mismatches += detail::float_bits(fd[i]) != detail::float_bits(fp8_to_float(c));
+  }
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("cuda: the FP8 cast (codes, transpose, amax) and gemm_fp8 on cuBLASLt match the host's emulation") {
+  AMP_REQUIRE_GPU();
+  Context<amp::cuda> ctx;
+  Context<host> hctx;
+  // Multiples of 16 (cuBLASLt's FP8 kernels) and not (the decode fallback).
+  for (const auto [m, n, k] : {std::array<std::int64_t, 3>{64, 48, 96}, std::array<std::int64_t, 3>{37, 24, 40}}) {
+    CAPTURE(m);
+    CAPTURE(n);
+    CAPTURE(k);
+    const auto x = random_values<amp::bfloat16>(m * k, 71, -3.0f, 3.0f), w = random_values<amp::bfloat16>(n * k, 72, -0.2f, 0.2f);
+    const auto bias = random_values<amp::bfloat16>(n, 73);
+    // Each operand's meta: amax so far, scale, 1/scale.
+    std::vector<float> hx{0.0f, 100.0f, 0.01f}, hw{0.0f, 2000.0f, 0.0005f};
+    DeviceCopy<float> mx(ctx, hx), mw(ctx, hw);
+    DeviceCopy<amp::bfloat16> dx(ctx, x), dw(ctx, w), dbias(ctx, bias);
+    std::vector<fp8_e4m3> x8(x.size()), xt(x.size()), w8(w.size());
+    Buffer<fp8_e4m3, amp::cuda> dx8(ctx, x.size(), memory_kind::workspace), dxt(ctx, x.size(), memory_kind::workspace),
+        dw8(ctx, w.size(), memory_kind::workspace);
+    const auto meta = [](float* v) { return nn::Fp8Meta{v, v + 1, v + 2}; };
+    nn::fp8_cast<DelayedScaling<>>(hctx, x.data(), m, k, x8.data(), xt.data(), meta(hx.data()), true);
+    nn::fp8_cast<DelayedScaling<>>(hctx, w.data(), n, k, w8.data(), static_cast<fp8_e4m3*>(nullptr), meta(hw.data()), true);
+    nn::fp8_cast<DelayedScaling<>>(ctx, dx.buf.data(), m, k, dx8.data(), dxt.data(), meta(mx.buf.data()), true);
+    nn::fp8_cast<DelayedScaling<>>(ctx, dw.buf.data(), n, k, dw8.data(), static_cast<fp8_e4m3*>(nullptr), meta(mw.buf.data()), true);
+    hctx.synchronize();
+    const auto codes = [](const std::vector<fp8_e4m3>& v) {
+      std::vector<std::uint8_t> c;
+      for (const auto& e : v) c.push_back(e.__x);
+      return c;
+    };
+    CHECK(codes(download(ctx, Span<const fp8_e4m3>(dx8.span()))) == codes(x8));
+    CHECK(codes(download(ctx, Span<const fp8_e4m3>(dxt.span()))) == codes(xt));
+    CHECK(codes(download(ctx, Span<const fp8_e4m3>(dw8.span()))) == codes(w8));
+    CHECK(download(ctx, Span<const float>(mx.buf.span()))[0] == hx[0]);  // the amax: a maximum, exact
+
+    std::vector<amp::bfloat16> hc(m * n), hpre(m * n);
+    Buffer<amp::bfloat16, amp::cuda> dc(ctx, m * n, memory_kind::workspace), dpre(ctx, m * n, memory_kind::workspace);
+    gemm_fp8(hctx, Fp8Matrix<fp8_e4m3>{{x8.data(), m, k, k}, &hx[2]}, Fp8Matrix<fp8_e4m3>{{w8.data(), n, k, k}, &hw[2]},
+             matrix(hc.data(), m, n), GemmEpilogue<amp::bfloat16>{.bias = bias.data(), .act = activation::gelu, .pre_activation = hpre.data()});
+    gemm_fp8(ctx, Fp8Matrix<fp8_e4m3>{{dx8.data(), m, k, k}, mx.buf.data() + 2},
+             Fp8Matrix<fp8_e4m3>{{dw8.data(), n, k, k}, mw.buf.data() + 2}, matrix(dc.data(), m, n),
+             GemmEpilogue<amp::bfloat16>{.bias = dbias.buf.data(), .act = activation::gelu, .pre_activation = dpre.data()});
+    hctx.synchronize();
+    const double tol = 2 * gemm_rtol<amp::bfloat16>(k) * k * 0.6;  // sum |x w| <= k * 3 * 0.2
+    CHECK(worst_error_ratio(to_double(download(ctx, Span<const amp::bfloat16>(dc.span()))), to_double(hc), 0.0, tol) <= 1.0);
+    CHECK(worst_error_ratio(to_double(download(ctx, Span<const amp::bfloat16>(dpre.span()))), to_double(hpre), 0.0, tol) <= 1.0);
+  }
 }
 
 namespace {

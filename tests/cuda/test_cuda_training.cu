@@ -83,7 +83,8 @@ void compare(const std::vector<float>& wg, const std::vector<float>& wc) {
 }  // namespace
 
 TEST_CASE_TEMPLATE("cuda: MLP training steps match the host backend at every level", P, amp::O0Policy, amp::O1Policy,
-                   amp::O2Policy, amp::O3Policy, amp::O1BF16Policy, amp::O2BF16Policy) {
+                   amp::O2Policy, amp::O3Policy, amp::O1BF16Policy, amp::O2BF16Policy, AllFp8Policy,
+                   CurrentFp8Policy) {
   AMP_REQUIRE_GPU();
   const auto x = random_values<float>(32 * 20, 4);
   std::vector<std::int32_t> labels(32);
@@ -95,6 +96,29 @@ TEST_CASE_TEMPLATE("cuda: MLP training steps match the host backend at every lev
   Mlp<P, amp::host> mc(cpu, {.max_batch = 32, .seed = 7}, {.in_features = 20, .out_features = 24, .act = amp::activation::gelu},
                        {.in_features = 24, .out_features = 5});
   compare<P>(train(mg, gpu, x, amp::Shape{32, 20}, labels), train(mc, cpu, x, amp::Shape{32, 20}, labels));
+}
+
+// cuBLASLt's FP8 kernels (every dimension a multiple of 16) against the host's emulation; the MLP case above
+// (20, 24, 5) takes the decode fallback.
+TEST_CASE_TEMPLATE("cuda: O2-fp8 training on cuBLASLt's FP8 GEMMs matches the host's exact emulation", P, AllFp8Policy,
+                   CurrentFp8Policy) {
+  AMP_REQUIRE_GPU();
+  const auto x = random_values<float>(32 * 32, 8);
+  std::vector<std::int32_t> labels(32);
+  for (int r = 0; r < 32; ++r) labels[r] = (r * 3) % 16;
+  Context<amp::cuda> gpu;
+  Context<amp::host> cpu;
+  Mlp<P, amp::cuda> mg(gpu, {.max_batch = 32, .seed = 9}, {.in_features = 32, .out_features = 64, .act = amp::activation::gelu},
+                       {.in_features = 64, .out_features = 16});
+  Mlp<P, amp::host> mc(cpu, {.max_batch = 32, .seed = 9}, {.in_features = 32, .out_features = 64, .act = amp::activation::gelu},
+                       {.in_features = 64, .out_features = 16});
+  const std::size_t plans = gpu.lt_plans().size();
+  compare<P>(train(mg, gpu, x, amp::Shape{32, 32}, labels), train(mc, cpu, x, amp::Shape{32, 32}, labels));
+  CHECK(gpu.lt_plans().size() > plans);
+  const auto sg = download(gpu, amp::Span<const float>(mg.parameters().fp8().scale_values()));
+  const auto sc = download(cpu, amp::Span<const float>(mc.parameters().fp8().scale_values()));
+  REQUIRE(sg.size() == sc.size());
+  for (std::size_t i = 0; i < sg.size(); ++i) CHECK(sg[i] == doctest::Approx(sc[i]).epsilon(0.01));  // amaxes agree
 }
 
 TEST_CASE_TEMPLATE("cuda: CNN training steps (conv, batchnorm, pools, a residual add) match the host at every level", P,
@@ -271,7 +295,7 @@ std::vector<float> train_lm(Model& model, Context<B>& ctx, const std::vector<std
 
 TEST_CASE_TEMPLATE("cuda: transformer training steps (strided-batched attention GEMMs, tied embedding) match the host",
                    P, amp::O0Policy, amp::O1Policy, amp::O2Policy, amp::O3Policy, amp::O1BF16Policy,
-                   amp::O2BF16Policy) {
+                   amp::O2BF16Policy, amp::O2FP8Policy) {
   AMP_REQUIRE_GPU();
   std::vector<std::int32_t> ids(48), targets(48);
   for (int i = 0; i < 48; ++i) ids[i] = (i * 7 + i / 12) % 11, targets[i] = (ids[i] * 3 + 1) % 11;

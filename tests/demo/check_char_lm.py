@@ -1,4 +1,4 @@
-"""Runs char_lm briefly (40 steps) on the fortunes files at O0, O2 and O1-bf16 and checks that every level
+"""Runs char_lm briefly (40 steps) on the fortunes files at O0, O2, O1-bf16 and O2-fp8 and checks that every level
 learns (the validation loss falls far below the uniform guess, ln vocab), that the mixed levels track O0, and
 that the JSON summary, the CSV and the sample are complete; that --graph and the fused loss train bit for bit
 as the eager step and the plain loss; then what the program does with bad input."""
@@ -37,7 +37,7 @@ with tempfile.TemporaryDirectory() as tmp:
         assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
         assert not os.path.exists(json_path), args
 
-    steps, levels = 40, ["O0", "O2", "O1-bf16"]
+    steps, levels = 40, ["O0", "O2", "O1-bf16", "O2-fp8"]
     csv_path = os.path.join(tmp, "steps.csv")
     r = run("--data", data, "--steps", str(steps), "--eval-interval", "20", "--eval-batches", "4", "--sample", "30",
             "--opt-level", ",".join(levels), "--json", json_path, "--csv", csv_path)
@@ -61,6 +61,13 @@ with tempfile.TemporaryDirectory() as tmp:
             assert lv[key] == 0, (name, key, lv[key])
         assert lv["launches_per_step"] > 50 and lv["step_ms"] > 0, (name, lv["launches_per_step"])
     assert got["O0"]["final_loss_scale"] == 1 and got["O2"]["final_loss_scale"] >= 1, got["O2"]["final_loss_scale"]
+    # O2-fp8: every block's Linears in FP8 (the embedding and the tied head are the first and last layers),
+    # each operand with a finite positive scale; the other levels have no FP8 state.
+    fp8 = got["O2-fp8"]["fp8"]
+    assert fp8["formats"] == "e4m3 forward, e5m2 gradients" and "delayed scaling" in fp8["recipe"], fp8
+    assert len(fp8["layers"]) == 4 * summary["settings"]["layers"] and all(l["fp8"] for l in fp8["layers"]), fp8
+    assert all(0 < s < 1e38 for l in fp8["layers"] for s in l["scales"].values()), fp8
+    assert all(got[name]["fp8"] is None for name in ("O0", "O2", "O1-bf16"))
     rows = list(csv.DictReader(open(csv_path)))
     assert len(rows) == steps * len(levels), len(rows)
     assert all(math.isfinite(float(row["loss"])) for row in rows)

@@ -56,6 +56,17 @@ with tempfile.TemporaryDirectory() as tmp:
         assert r.returncode == 2 and "cannot write '/dev/full'" in r.stderr and "wrote /dev/full" not in r.stdout, r
         assert stat.S_ISCHR(os.stat("/dev/full").st_mode), "/dev/full was replaced"
 
+    # O2-fp8's --summary: the MLP's middle Linear in FP8 with its final scales, the first and last kept in bf16.
+    r = run(*quick[:-1], "O2-fp8", "--summary", "--json", json_path)
+    assert r.returncode == 0, r.stderr
+    assert "O2-fp8 FP8 GEMMs (e4m3 forward, e5m2 gradients; delayed scaling, amax history 1024, margin 0)" in r.stdout
+    table = r.stdout.split("O2-fp8 FP8 GEMMs")[1].splitlines()[1:4]
+    assert [line.split()[:2] for line in table] == [["0", "bf16"], ["2", "fp8"], ["4", "bf16"]], table
+    with open(json_path) as f:
+        fp8 = json.load(f)["levels"][0]["fp8"]
+    assert [l["fp8"] for l in fp8["layers"]] == [False, True, False] and fp8["layers"][1]["scales"]["grad"] > 1, fp8
+    os.remove(json_path)
+
     # --flag=value works like --flag value; the JSON records the settings.
     r = run("--data=" + data, "--device=cpu", "--epochs=1", "--train-subset=600", "--opt-level=O0", "--json=" + json_path)
     assert r.returncode == 0, r.stderr

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "amp/amp.hpp"
+#include "support/policies.hpp"
 #include "support/no_host_work.hpp"
 #include "support/param_fixture.hpp"
 #include "support/step_recipe.hpp"
@@ -40,7 +41,7 @@ TEST_CASE("counters: each decision point counts where the GPU would sync, alloca
 }
 
 TEST_CASE_TEMPLATE("steady state: no sync, allocation, free or pageable copy after the first step, every feature", P,
-                   O0Policy, O1Policy, O2Policy, O3Policy, O1BF16Policy, O2BF16Policy) {
+                   O0Policy, O1Policy, O2Policy, O3Policy, O1BF16Policy, O2BF16Policy, AllFp8Policy, CurrentFp8Policy) {
   for (const bool accumulate : {false, true}) {
     CAPTURE(accumulate);
     Context<host> ctx;
@@ -65,7 +66,7 @@ TEST_CASE_TEMPLATE("steady state: no sync, allocation, free or pageable copy aft
 }
 
 TEST_CASE_TEMPLATE("a captured step replays as eager steps, bit for bit, through an injected overflow", P, O0Policy,
-                   O1Policy, O2Policy, O3Policy, O1BF16Policy, O2BF16Policy) {
+                   O1Policy, O2Policy, O3Policy, O1BF16Policy, O2BF16Policy, AllFp8Policy, CurrentFp8Policy) {
   for (const bool accumulate : {false, true}) {
     CAPTURE(accumulate);
     Context<host> ctx;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "amp/amp.hpp"
+#include "support/policies.hpp"
 #include "amp/io/checkpoint.hpp"
 #include "amp/io/safetensors.hpp"
 #include "support/reference.hpp"
@@ -110,7 +111,7 @@ std::string error_of(F&& f) {
 }  // namespace
 
 TEST_CASE_TEMPLATE("checkpoints: k steps, save, load into a fresh model, N-k steps = N steps straight, bit for bit", P,
-                   O0Policy, O1Policy, O2Policy, O3Policy, O1BF16Policy, O2BF16Policy) {
+                   O0Policy, O1Policy, O2Policy, O3Policy, O1BF16Policy, O2BF16Policy, AllFp8Policy, CurrentFp8Policy) {
   const std::string path = temp_path("resume.ckpt");
   Context<host> ctx;
   auto straight = make_net<P>(ctx, 7);

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "amp/amp.hpp"
+#include "support/policies.hpp"
 #include "support/reference.hpp"
 
 using namespace amp;
@@ -70,7 +71,7 @@ TEST_CASE_TEMPLATE("gradient accumulation over micro-batches equals the large ba
 }
 
 TEST_CASE_TEMPLATE("every level trains a small classifier, and the training steps allocate nothing", P, O0Policy,
-                   O1Policy, O2Policy, O3Policy, O1BF16Policy, O2BF16Policy) {
+                   O1Policy, O2Policy, O3Policy, O1BF16Policy, O2BF16Policy, AllFp8Policy, CurrentFp8Policy) {
   Context<host> ctx;
   const Data d = make_data(64);
   auto net = make_net<P>(ctx, 64);

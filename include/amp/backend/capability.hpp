@@ -1,6 +1,6 @@
 #pragma once
 // Which GPUs can run which policy. Pure host logic, so it is tested without a GPU:
-// fp16 tensor cores arrive with Volta (7.0), bf16 with Ampere (8.0).
+// fp16 tensor cores arrive with Volta (7.0), bf16 with Ampere (8.0), FP8 with Ada (8.9).
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,7 +21,9 @@ template <Policy P>
 std::optional<std::string> unsupported_reason(const DeviceCapability& dev) {
   const int cc = dev.major * 10 + dev.minor;
   const char* need = nullptr;
-  if (needs_bfloat16_support_v<P> && cc < 80) {
+  if (uses_fp8_v<P> && cc < 89) {
+    need = "FP8 tensor cores (compute capability 8.9+, Ada or Hopper)";
+  } else if (needs_bfloat16_support_v<P> && cc < 80) {
     need = "bf16 tensor cores (compute capability 8.0+, Ampere or newer)";
   } else if (needs_half_support_v<P> && cc < 70) {
     need = "fp16 tensor cores (compute capability 7.0+, Volta or newer)";
@@ -29,7 +31,7 @@ std::optional<std::string> unsupported_reason(const DeviceCapability& dev) {
   if (!need) return std::nullopt;
   return detail::concat("policy ", policy_name<P>(), " needs ", need, ", but GPU '", dev.name,
                         "' has compute capability ", dev.major, ".", dev.minor,
-                        "; use amp::O0Policy on this GPU");
+                        "; use amp::", uses_fp8_v<P> && cc >= 80 ? "O2BF16Policy" : "O0Policy", " on this GPU");
 }
 
 template <Policy P>

@@ -10,6 +10,7 @@
 
 #include "amp/core/activation.hpp"
 #include "amp/core/error.hpp"
+#include "amp/core/fp8.hpp"
 #include "amp/core/span.hpp"
 #include "amp/core/traits.hpp"
 
@@ -75,6 +76,35 @@ GemmDims gemm_dims(Matrix<const TA> a, transpose ta, Matrix<const TB> b, transpo
               c.cols, "]");
   AMP_REQUIRE(a.ld >= a.cols && b.ld >= b.cols && c.ld >= c.cols, "gemm: leading dimension smaller than row length");
   return {m, n, k};
+}
+
+// An FP8 GEMM operand: its codes, and where 1 / scale lives (backend memory,
+// read when the GEMM runs: a delayed-scaling step changes it on the device).
+template <class F>
+struct Fp8Matrix {
+  Matrix<const F> codes;
+  const float* scale_inv = nullptr;
+};
+
+// FP8 GEMM, row-major, TN only (Hopper's FP8 tensor cores take both operands
+// K-major; the casts write the transposed copies they need):
+//   C = act(alpha * a_inv * b_inv * A B^T + beta * C + bias),  A [m x k], B [n x k],
+// fp32 accumulation, one rounding into C (bf16, fp16 or fp32). No bias
+// gradient epilogue (it comes from the unquantised gradient instead).
+template <class FA, class FB, class TC>
+GemmDims gemm_fp8_dims(const Fp8Matrix<FA>& a, const Fp8Matrix<FB>& b, Matrix<TC> c, const GemmEpilogue<TC>& ep) {
+  static_assert(is_fp8_v<FA> && is_fp8_v<FB>, "gemm_fp8: operands are fp8_e4m3 or fp8_e5m2");
+  static_assert(!(std::is_same_v<FA, fp8_e5m2> && std::is_same_v<FB, fp8_e5m2>),
+                "gemm_fp8: two E5M2 operands have no FP8 tensor-core kernel (one must be E4M3)");
+  check_epilogue(ep);
+  AMP_REQUIRE(!ep.grad_bias, "gemm_fp8: no bias-gradient epilogue (sum the unquantised gradient instead)");
+  AMP_REQUIRE(a.scale_inv && b.scale_inv, "gemm_fp8: both operands need their 1/scale");
+  AMP_REQUIRE(a.codes.cols == b.codes.cols && c.rows == a.codes.rows && c.cols == b.codes.rows,
+              "gemm_fp8: shapes do not match: A [", a.codes.rows, "x", a.codes.cols, "] * B^T [", b.codes.cols, "x",
+              b.codes.rows, "] -> C [", c.rows, "x", c.cols, "]");
+  AMP_REQUIRE(a.codes.ld >= a.codes.cols && b.codes.ld >= b.codes.cols && c.ld >= c.cols,
+              "gemm_fp8: leading dimension smaller than row length");
+  return {a.codes.rows, b.codes.rows, a.codes.cols};
 }
 
 }  // namespace amp

@@ -13,6 +13,8 @@
 //   scaler.scale        fp32 [scale]
 //   scaler.counters     int64 [growth tracker, hysteresis left, consecutive skips, steps, skipped]
 //   model.forwards      int64 [forwards run]: with the seed, the dropout masks' stream
+//   fp8.history         fp32 [operands x history] FP8 amax histories (FP8 policies)
+//   fp8.amax, fp8.scale fp32 [operands]; fp8.position int64 [1]: the history's next slot
 //   extra.<key>         whatever the caller adds (a data loader's order, epoch logs)
 //
 // load() reads and checks the whole file, and that it fits the model (names,
@@ -142,6 +144,18 @@ void save(const std::string& path, Model& model, Optimizer& opt, const Archive& 
   a.put("scaler.scale", dtype::fp32, {1}, &sc.scale, 1);
   a.put_int64("scaler.counters", std::vector<std::int64_t>{sc.growth_tracker, sc.hysteresis_left, sc.consecutive_skips, sc.steps, sc.skipped});
   a.put_int64("model.forwards", std::vector<std::int64_t>{static_cast<std::int64_t>(model.graph().forward_count())});
+  if (auto& fp8 = store.fp8(); fp8.operands() > 0) {
+    const auto put = [&](const char* name, Span<float> s, std::vector<std::uint64_t> dims) {
+      const auto v = download(store.context(), Span<const float>(s));
+      a.put(name, dtype::fp32, dims, v.data(), v.size());
+    };
+    const auto n = static_cast<std::uint64_t>(fp8.operands());
+    put("fp8.history", fp8.history_values(), {n, fp8.history_values().size / n});
+    put("fp8.amax", fp8.amax_values(), {n});
+    put("fp8.scale", fp8.scale_values(), {n});
+    const auto position = download(store.context(), Span<const std::int32_t>(fp8.position()));
+    a.put_int64("fp8.position", std::vector<std::int64_t>{position[0]});
+  }
   for (const auto& [name, r] : extra.records()) a.put("extra." + name, r.type, r.shape, r.payload.data(), r.payload.size());
   write_file(path, a.serialize());
 }
@@ -186,6 +200,22 @@ Archive load(const std::string& path, Model& model, Optimizer& opt) {
   for (const char* name : {"optim.step", "optim.pows", "scaler.scale", "scaler.counters", "model.forwards", "amp.meta"}) {
     AMP_REQUIRE(a.find(name), "checkpoint '", path, "' has no '", name, "' record");
     expected.push_back(name);
+  }
+  // FP8 scaling state: restored into the same policy, else (a conversion) left to start afresh.
+  auto& fp8 = store.fp8();
+  const bool fp8_state = same_policy && fp8.operands() > 0 && a.find("fp8.scale");
+  for (const char* name : {"fp8.history", "fp8.amax", "fp8.scale", "fp8.position"})
+    if (a.find(name)) expected.push_back(name);
+  if (fp8_state) {
+    const auto n = static_cast<std::int64_t>(fp8.operands());
+    need("fp8.history", Shape{n, static_cast<std::int64_t>(fp8.history_values().size) / n});
+    need("fp8.amax", Shape{n});
+    need("fp8.scale", Shape{n});
+    const Record* position = a.find("fp8.position");
+    const std::int64_t history = static_cast<std::int64_t>(fp8.history_values().size) / n;
+    AMP_REQUIRE(position && position->values<std::int64_t>().size() == 1 && position->values<std::int64_t>()[0] >= 0 &&
+                    position->values<std::int64_t>()[0] < history,
+                "checkpoint '", path, "' has FP8 scales but no 'fp8.position' record of one value in [0, ", history, ")");
   }
   for (const auto& [name, r] : a.records()) {
     if (name.rfind("extra.", 0) == 0) continue;
@@ -237,6 +267,16 @@ Archive load(const std::string& path, Model& model, Optimizer& opt) {
     opt.scaler().set_state(sc);
   }  // else: another scaling mode (a policy conversion); the scaler starts afresh
   model.graph().set_forward_count(static_cast<std::uint64_t>(forwards[0]));
+  if (fp8_state) {
+    upload(ctx, fp8.history_values(), a.find("fp8.history")->values<float>());
+    upload(ctx, fp8.amax_values(), a.find("fp8.amax")->values<float>());
+    upload(ctx, fp8.scale_values(), a.find("fp8.scale")->values<float>());
+    const auto position = static_cast<std::int32_t>(a.find("fp8.position")->values<std::int64_t>()[0]);
+    upload(ctx, fp8.position(), &position, 1);
+    fp8.refresh_inverses();
+  } else if (fp8.operands() > 0) {
+    fp8.reset();
+  }
   Archive extra;
   for (const auto& [name, r] : a.records())
     if (name.rfind("extra.", 0) == 0) extra.put(name.substr(6), r.type, r.shape, r.payload.data(), r.payload.size());

@@ -295,6 +295,8 @@ class Graph {
   void begin_planning(int forwards) {
     planning_ = true;
     forwards_planned_ = forwards;
+    blocks_.clear();  // a second planning pass measures afresh
+    planned_bytes_ = 0;
     start_iteration();
   }
   void end_planning() {

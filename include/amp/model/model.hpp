@@ -197,8 +197,17 @@ class Model {
 
   // The planning pass: forwards_per_iteration forwards and one backward at
   // the largest batch on zeros, so that the graph's arena and every workspace
-  // are sized now, not in the loop.
+  // are sized now, not in the loop. Under an FP8 policy a first pass finds the
+  // order of the layers (which stay out of FP8), the second plans with them.
   void plan() {
+    if constexpr (uses_fp8_v<P>) {
+      store_.fp8().begin_discovery();
+      plan_pass();
+      store_.fp8().resolve();
+    }
+    plan_pass();
+  }
+  void plan_pass() {
     graph_.begin_planning(options_.forwards_per_iteration);
     for (int k = 0; k < options_.forwards_per_iteration; ++k) {
       graph_.begin_forward();

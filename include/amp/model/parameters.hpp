@@ -15,6 +15,7 @@
 
 #include "amp/backend/algorithm.hpp"
 #include "amp/backend/buffer.hpp"
+#include "amp/model/fp8_state.hpp"
 #include "amp/model/init.hpp"
 #include "amp/policy.hpp"
 #include "amp/tensor.hpp"
@@ -188,6 +189,7 @@ class ParameterStore {
     norms_.allocate(*ctx_, norm_count_);
     buffers_ = Buffer<float, B>(*ctx_, buffer_count_, memory_kind::weights);
     fill(*ctx_, buffers_.span(), 0.0f);
+    fp8_.allocate(*ctx_);
     allocated_ = true;
   }
   bool allocated() const { return allocated_; }
@@ -273,7 +275,13 @@ class ParameterStore {
   void mark_updated() {
     weights_.mark_updated();
     norms_.mark_updated();
+    fp8_.mark_updated();
   }
+  // FP8 scaling state and weight codes (policies with an fp8 alias; empty otherwise).
+  Fp8State<P, B>& fp8() { return fp8_; }
+  const Fp8State<P, B>& fp8() const { return fp8_; }
+  // A layer with weights runs (its weight's index): the order that picks which layers stay out of FP8.
+  void visit_layer(int weight_index) { fp8_.visit(weight_index); }
   std::uint64_t cast_cache_refreshes() const { return weights_.cache_refreshes(); }
   // Trained elements, padding included.
   std::size_t count() const { return weights_.count() + norms_.count(); }
@@ -305,6 +313,7 @@ class ParameterStore {
   RoleArena<P, B, role::weight> weights_;
   RoleArena<P, B, role::norm> norms_;
   Buffer<float, B> buffers_;
+  Fp8State<P, B> fp8_;
 };
 
 }  // namespace amp::nn

@@ -121,12 +121,6 @@ struct AddTapMajorGradOp {  // grad[i] += dw[tap-major i], one rounding
   TapMajorIndex index;
   AMP_HOST_DEVICE void operator()(std::size_t i) const { store_grad(grad, i, dw[index(i)], true); }
 };
-template <class GW>
-struct AddGradFromFloatOp {
-  const float* d;
-  GW* grad;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const { store_grad(grad, i, d[i], true); }
-};
 
 }  // namespace detail
 
@@ -174,6 +168,7 @@ class Conv2d {
 
   Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
     g.require_current(x, "Conv2d '", name_, "'");
+    g.params().visit_layer(s_.weight.index);
     AMP_REQUIRE(x.shape.rank() == 4 && x.shape[3] == s_.c, "Conv2d '", name_, "' (", s_.c, " -> ", s_.k,
                 " channels): input ", x.shape.str(), " is not a channels-last batch [N, H, W, ", s_.c, "]");
     const ConvGeometry geo = geometry(x.shape);
@@ -245,18 +240,6 @@ class Conv2d {
     return y;
   }
 
-  // dy through the fused activation (dy itself when there is none), in graph scratch.
-  static const T* activation_grad(Graph<P, B>& g, const Spec& s, Var<T> y, const T* pre, const T* dy) {
-    if (s.act == activation::none) return dy;
-    T* buf = g.template scratch<T>(y.size());
-    using C = typename P::template compute_type<op::pointwise>;
-    if (s.act == activation::relu)
-      for_each(g.context(), y.size(), detail::ActivationGradOp<ReluFn, C, T>{nullptr, y.data, dy, buf, false});
-    else
-      for_each(g.context(), y.size(), detail::ActivationGradOp<GeluFn, C, T>{pre, y.data, dy, buf, false});
-    return buf;
-  }
-
   // The library's backward: fp32 filter and bias gradients added with one
   // rounding; the input gradient written in place, or in fp32 and added.
   static void library_backward(Graph<P, B>& g, const Spec& s, const ConvGeometry& geo, Var<T> x, Var<T> y,
@@ -267,7 +250,7 @@ class Conv2d {
     auto& params = g.params();
     const GradOut<T> dx = g.grad_out(x);
     Temporaries<P, B> temp(g);
-    const T* dz = activation_grad(g, s, y, pre, dy);
+    const T* dz = through_activation(g, s.act, y, pre, dy);
     const auto count = static_cast<std::size_t>(geo.k * geo.window());
     float* dw = g.template scratch<float>(count);
     float* db = s.has_bias ? g.template scratch<float>(static_cast<std::size_t>(geo.k)) : nullptr;
@@ -289,7 +272,7 @@ class Conv2d {
     auto& ctx = g.context();
     const GradOut<T> dx = g.grad_out(x);
     Temporaries<P, B> temp(g);
-    const T* dz = activation_grad(g, s, y, pre, dy);
+    const T* dz = through_activation(g, s.act, y, pre, dy);
     const Matrix<const G> dzg(as_type<G>(g, dz, y.size()), geo.pixels(), geo.k, geo.k);
     auto& params = g.params();
     {

@@ -111,12 +111,14 @@ class Embedding {
           AMP_REQUIRE(ids.data[i] >= 0 && ids.data[i] < s_.vocab, "Embedding '", name_, "': token id ", ids.data[i],
                       " at position ", i, " is outside [0, ", s_.vocab, ")");
     }
+    g.params().visit_layer(s_.table.index);
     return forward(g, s_, ids);
   }
 
   // The tied output projection: h [.., features] -> logits [.., vocab] = h W^T.
   Var<T> logits(Graph<P, B>& g, Var<T> h) const {
     g.require_current(h, "Embedding '", name_, "'.logits");
+    g.params().visit_layer(s_.table.index);
     AMP_REQUIRE(h.shape.rank() >= 1 && h.cols() == s_.features, "Embedding '", name_, "': logits of ", h.shape.str(),
                 ", which does not end in ", s_.features, " features");
     return project(g, s_, h);

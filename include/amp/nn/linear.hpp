@@ -4,10 +4,16 @@
 // cache), accumulates in fp32, adds the bias and applies relu/gelu in its
 // epilogue and rounds y once; weight gradients land in grad_type (fp32 under
 // O1), the bias gradient comes from the weight-gradient GEMM.
+// Under an FP8 policy (unless kept out as a first or last layer) its three
+// GEMMs take FP8 codes: x and W in the forward format, dy in the backward
+// one, each cast with its scale (model/fp8_state.hpp) into the layout the
+// FP8 GEMM takes (both operands K-major), the bias gradient summed from dy
+// before quantisation.
 #include <string>
 #include <type_traits>
 
 #include "amp/backend/gemm.hpp"
+#include "amp/core/fp8.hpp"
 #include "amp/core/activation.hpp"
 #include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
@@ -25,6 +31,9 @@ class Linear {
   using G = typename P::template compute_type<op::gemm>;
   using W = typename P::param_type;
   using GW = typename P::grad_type;
+  using Fp8 = fp8_config_t<P>;  // used only when uses_fp8_v<P>
+  using Fx = typename Fp8::forward_type;
+  using Fg = typename Fp8::backward_type;
   static_assert(std::is_same_v<T, G> || std::is_same_v<T, float>,
                 "Linear: activation_type must be the GEMM compute type or fp32");
   static_assert(std::is_same_v<GW, G> || std::is_same_v<GW, float>,
@@ -52,12 +61,17 @@ class Linear {
           cfg.init == initializer::gpt2 ? Init::constant(0.0f) : Init::torch_default(cfg.in_features);
       spec_.bias = b.template param<role::weight>("bias", {cfg.out_features}, bias_init, false);
     }
+    spec_.fp8 = b.store().fp8().declare(spec_.weight.index, name_.empty() ? "linear" : name_.substr(0, name_.size() - 1),
+                                        cfg.out_features, cfg.in_features);
   }
 
   Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
     g.require_current(x, "Linear '", name_, "'");
     AMP_REQUIRE(x.shape.rank() >= 1 && x.cols() == spec_.in, "Linear '", name_, "' (", spec_.in, " -> ", spec_.out,
                 "): input ", x.shape.str(), " does not end in ", spec_.in, " features");
+    g.params().visit_layer(spec_.weight.index);
+    if constexpr (uses_fp8_v<P>)
+      if (g.params().fp8().enabled(spec_.fp8)) return forward_fp8(g, spec_, x);
     return forward(g, spec_, x);
   }
 
@@ -65,6 +79,8 @@ class Linear {
   Param<role::weight> bias() const { return spec_.bias; }
   std::int64_t in_features() const { return spec_.in; }
   std::int64_t out_features() const { return spec_.out; }
+  // Its slot in the FP8 state (-1: the policy has no FP8).
+  int fp8_slot() const { return spec_.fp8; }
 
  private:
   // What forward and backward need: small and copyable into the closure.
@@ -73,6 +89,7 @@ class Linear {
     activation act = activation::none;
     bool has_bias = false;
     Param<role::weight> weight, bias;
+    int fp8 = -1;
   };
 
   static Var<T> forward(Graph<P, B>& g, const Spec& s, Var<T> x) {
@@ -95,16 +112,7 @@ class Linear {
     const std::int64_t rows = y.rows();
     const GradOut<T> dx = g.grad_out(x);  // before the temporaries below
     Temporaries<P, B> temp(g);
-    const T* dz = dy;
-    if (s.act != activation::none) {  // through the activation first
-      T* buf = g.template scratch<T>(y.size());
-      using C = typename P::template compute_type<op::pointwise>;
-      if (s.act == activation::relu)
-        for_each(ctx, y.size(), detail::ActivationGradOp<ReluFn, C, T>{nullptr, y.data, dy, buf, false});
-      else
-        for_each(ctx, y.size(), detail::ActivationGradOp<GeluFn, C, T>{pre, y.data, dy, buf, false});
-      dz = buf;
-    }
+    const T* dz = through_activation(g, s.act, y, pre, dy);
     const Matrix<const G> dzg(as_type<G>(g, dz, y.size()), rows, s.out, s.out);
     auto& params = g.params();
     GemmEpilogue<GW> ep{.beta = 1.0f};  // parameter gradients accumulate (micro-batches, shared weights)
@@ -114,6 +122,62 @@ class Linear {
       gemm(ctx, dzg, transpose::no, weight_matrix(g, s), transpose::no, matrix(dx.data, rows, s.in),
            GemmEpilogue<T>{.beta = dx.accumulate ? 1.0f : 0.0f});
     }
+  }
+
+  // FP8: y = act(x W^T + b) from x's and W's codes. Backward keeps the codes
+  // of x^T (the weight gradient's operand) and reads W^T's from the cache.
+  static Var<T> forward_fp8(Graph<P, B>& g, const Spec& s, Var<T> x) {
+    auto& ctx = g.context();
+    auto& state = g.params().fp8();
+    const std::int64_t rows = x.rows();
+    const bool record = g.training() && !g.planning();
+    Var<T> y = g.template tensor<T>(x.shape.with(-1, s.out));
+    T* pre = s.act == activation::gelu ? g.template scratch<T>(y.size()) : nullptr;
+    Fx* xt = g.template scratch<Fx>(x.size());
+    const auto [w, wt] = state.weights(s.fp8, g.params().values(s.weight).data, record);
+    const Fp8Meta in = state.meta(s.fp8, fp8_operand::input), wm = state.meta(s.fp8, fp8_operand::weight);
+    GemmEpilogue<T> ep{.act = s.act, .pre_activation = pre};
+    if (s.has_bias) ep.bias = g.params().template as<T>(s.bias).data;
+    {
+      Temporaries<P, B> temp(g);  // x's codes serve this GEMM only
+      Fx* x8 = g.template scratch<Fx>(x.size());
+      fp8_cast<typename Fp8::recipe>(ctx, x.data, rows, s.in, x8, xt, in, record);
+      gemm_fp8(ctx, Fp8Matrix<Fx>{{x8, rows, s.in, s.in}, in.scale_inv}, Fp8Matrix<Fx>{{w, s.out, s.in, s.in}, wm.scale_inv},
+               y.matrix(), ep);
+    }
+    const Fx* wt_codes = wt;
+    g.on_backward([=](Graph<P, B>& gb) { backward_fp8(gb, s, x, xt, wt_codes, y, pre); });
+    if (s.act == activation::none) g.allow_overwrite(y);
+    return y;
+  }
+
+  static void backward_fp8(Graph<P, B>& g, const Spec& s, Var<T> x, const Fx* xt, const Fx* wt, Var<T> y,
+                           const T* pre) {
+    const T* dy = g.grad(y);
+    if (!dy) return;
+    auto& ctx = g.context();
+    auto& params = g.params();
+    auto& state = params.fp8();
+    const std::int64_t rows = y.rows();
+    const GradOut<T> dx = g.grad_out(x);  // before the temporaries below
+    Temporaries<P, B> temp(g);
+    const T* dz = through_activation(g, s.act, y, pre, dy);
+    const Fp8Meta gm = state.meta(s.fp8, fp8_operand::grad), in = state.meta(s.fp8, fp8_operand::input),
+                  wm = state.meta(s.fp8, fp8_operand::weight);
+    Fg* dz8 = g.template scratch<Fg>(y.size());
+    Fg* dzt = g.template scratch<Fg>(y.size());
+    fp8_cast<typename Fp8::recipe>(ctx, dz, rows, s.out, dz8, dzt, gm, !g.planning());
+    if (s.has_bias) {  // from dz itself: E5M2's two mantissa bits would round every term of the sum
+      float* sums = g.template scratch<float>(static_cast<std::size_t>(s.out));
+      column_sums(g, rows, s.out, detail::ValueAt<T>{dz, s.out}, sums);
+      for_each(ctx, static_cast<std::size_t>(s.out), detail::AddGradFromFloatOp<GW>{sums, params.backward_grads(s.bias).data});
+    }
+    // dW += dz^T x: [out x rows] by [in x rows]^T; dx (+)= dz W: [rows x out] by [in x out]^T.
+    gemm_fp8(ctx, Fp8Matrix<Fg>{{dzt, s.out, rows, rows}, gm.scale_inv}, Fp8Matrix<Fx>{{xt, s.in, rows, rows}, in.scale_inv},
+             matrix(params.backward_grads(s.weight).data, s.out, s.in), GemmEpilogue<GW>{.beta = 1.0f});
+    if (dx)
+      gemm_fp8(ctx, Fp8Matrix<Fg>{{dz8, rows, s.out, s.out}, gm.scale_inv}, Fp8Matrix<Fx>{{wt, s.in, s.out, s.out}, wm.scale_inv},
+               matrix(dx.data, rows, s.in), GemmEpilogue<T>{.beta = dx.accumulate ? 1.0f : 0.0f});
   }
 
   static Matrix<const G> weight_matrix(Graph<P, B>& g, const Spec& s) {

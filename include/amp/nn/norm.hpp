@@ -170,7 +170,7 @@ class Norm {
     if (s.affine || batch) {
       sum_dy = g.template scratch<float>(2 * width);
       sum_dy_xhat = sum_dy + cols;
-      column_sums(g, rows, cols, detail::GradAt<T>{dy, cols}, sum_dy);
+      column_sums(g, rows, cols, detail::ValueAt<T>{dy, cols}, sum_dy);
       column_sums(g, rows, cols, detail::GradXhatAt<T, !batch>{dy, x.data, saved.mean, saved.inv_std, cols}, sum_dy_xhat);
     }
     if (s.affine)  // this rank's sums: data parallel adds the parameter gradients over the ranks

@@ -15,12 +15,6 @@ namespace amp::nn {
 namespace detail {
 // Per-channel (column) statistics of x: mean, then variance from the deviations.
 template <class T>
-struct ValueAt {
-  const T* x;
-  std::int64_t cols;
-  AMP_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const { return cast<float>(x[r * cols + c]); }
-};
-template <class T>
 struct SquaredDeviationAt {
   const T* x;
   const float* mean;
@@ -31,12 +25,6 @@ struct SquaredDeviationAt {
   }
 };
 // dy and dy * xhat, summed per column for the backward.
-template <class T>
-struct GradAt {
-  const T* dy;
-  std::int64_t cols;
-  AMP_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const { return cast<float>(dy[r * cols + c]); }
-};
 template <class T, bool PerRow>
 struct GradXhatAt {
   const T* dy;

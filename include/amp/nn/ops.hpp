@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "amp/backend/algorithm.hpp"
+#include "amp/core/activation.hpp"
 #include "amp/model/graph.hpp"
 
 namespace amp::nn {
@@ -39,6 +40,14 @@ template <class T>
 AMP_HOST_DEVICE inline void store_grad(T* out, std::size_t i, float v, bool accumulate) {
   out[i] = cast<T>(accumulate ? cast<float>(out[i]) + v : v);
 }
+
+// grad[i] += d[i], an fp32 sum added with one rounding.
+template <class GW>
+struct AddGradFromFloatOp {
+  const float* d;
+  GW* grad;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const { store_grad(grad, i, d[i], true); }
+};
 
 // dx (+)= f'(x, y) dy, rounded through the compute type C.
 template <class Fn, class C, class T>
@@ -96,6 +105,14 @@ struct ColumnPartialOp {
   }
 };
 
+// The element column_sums reads most often: x[r][c] as fp32.
+template <class T>
+struct ValueAt {
+  const T* x;
+  std::int64_t cols;
+  AMP_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const { return cast<float>(x[r * cols + c]); }
+};
+
 struct ColumnTotalOp {
   const float* partial;
   std::int64_t chunks, cols;
@@ -122,6 +139,20 @@ void column_sums(Graph<P, B>& g, std::int64_t rows, std::int64_t cols, F f, floa
              detail::column_chunk);
   for_each(g.context(), static_cast<std::size_t>(cols), detail::ColumnTotalOp{partial, chunks, cols, out},
            static_cast<std::size_t>(chunks));
+}
+
+// dL/dz for y = act(z): dy through a fused activation (relu, or gelu from its
+// pre-activation), into graph scratch; dy itself when there is none.
+template <Policy P, Backend B, class T>
+const T* through_activation(Graph<P, B>& g, activation act, Var<T> y, const T* pre, const T* dy) {
+  if (act == activation::none) return dy;
+  T* buf = g.template scratch<T>(y.size());
+  using C = typename P::template compute_type<op::pointwise>;
+  if (act == activation::relu)
+    for_each(g.context(), y.size(), detail::ActivationGradOp<ReluFn, C, T>{nullptr, y.data, dy, buf, false});
+  else
+    for_each(g.context(), y.size(), detail::ActivationGradOp<GeluFn, C, T>{pre, y.data, dy, buf, false});
+  return buf;
 }
 
 // A graph tensor's values as U: itself, or a cast copy in graph memory.

@@ -210,6 +210,7 @@ class FusedOptimizer {
       each_role([&](auto& st, auto& g) { pass(st, g, static_cast<const StepValues*>(values_.data()), unscaled); });
     }
     for_each(*ctx_, 1, detail::AdvanceStateOp{state_.data(), values_.data()});
+    for (Store* s : stores_) s->fp8().step();  // FP8 scales from this iteration's amaxes (delayed scaling)
     gradients_.end_iteration();
     mark_updated();
     // Each replay of a captured step updates the weights again: cast caches read after it must refresh.

@@ -6,7 +6,8 @@
 // strict fp32 with no TF32 (the O0 contract). Where cuBLASLt offers no
 // algorithm for a shape, the product goes to fp32 scratch and the same
 // epilogue runs as a kernel: still one rounding. cuBLASLt plans are cached per
-// case by the context (lt_plans.cuh).
+// case by the context (lt_plans.cuh). FP8 products are cuBLASLt's too, with
+// the operands' 1/scale as its A/B scale pointers (read on the device).
 #include <type_traits>
 
 #include "amp/backend/cuda/algorithm.cuh"
@@ -21,6 +22,8 @@ template <class T>
 constexpr cudaDataType_t cuda_data_type() {
   if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
   else if constexpr (std::is_same_v<T, half>) return CUDA_R_16F;
+  else if constexpr (std::is_same_v<T, fp8_e4m3>) return CUDA_R_8F_E4M3;
+  else if constexpr (std::is_same_v<T, fp8_e5m2>) return CUDA_R_8F_E5M2;
   else {
     static_assert(std::is_same_v<T, bfloat16>, "no cuBLAS type for this element");
     return CUDA_R_16BF;
@@ -91,16 +94,19 @@ inline int cublas_int(std::int64_t v, const char* what) {
 // cuBLASLt with a fused epilogue, from the context's cached plan for this
 // case; false when it has no algorithm for it. Row-major C = op(A) op(B) is
 // column-major C^T = op(B)^T op(A)^T: operands swap, so C's columns (our bias)
-// are D's rows, and our A's k-sums are BGRADB's.
-template <class T, class TC>
-bool gemm_lt(Context<cuda>& ctx, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, Matrix<TC> c,
-             const GemmDims& d, const GemmEpilogue<TC>& ep, TC* grad_bias_out) {
+// are D's rows, and our A's k-sums are BGRADB's. FP8 operands come with their
+// 1/scale (a_scale, b_scale), which cuBLASLt multiplies into the product.
+template <class TA, class TB, class TC>
+bool gemm_lt(Context<cuda>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB> b, transpose tb, Matrix<TC> c,
+             const GemmDims& d, const GemmEpilogue<TC>& ep, TC* grad_bias_out, const float* a_scale = nullptr,
+             const float* b_scale = nullptr) {
   const cublasLtEpilogue_t epilogue = lt_epilogue(ep.bias, ep.act, ep.pre_activation, grad_bias_out);
   const void* bias = grad_bias_out ? static_cast<const void*>(grad_bias_out) : ep.bias;
   const LtPlanKey key{d.m, d.n, d.k, a.ld, b.ld, c.ld, ep.pre_activation ? c.ld : 0,
-                      static_cast<int>(ta), static_cast<int>(tb), static_cast<int>(cuda_data_type<T>()),
-                      static_cast<int>(cuda_data_type<TC>()), static_cast<int>(epilogue), pointer_alignment(a.data),
-                      pointer_alignment(b.data), pointer_alignment(c.data), bias ? pointer_alignment(bias) : 16u};
+                      static_cast<int>(ta), static_cast<int>(tb), static_cast<int>(cuda_data_type<TA>()),
+                      static_cast<int>(cuda_data_type<TB>()), static_cast<int>(cuda_data_type<TC>()),
+                      static_cast<int>(epilogue), pointer_alignment(a.data), pointer_alignment(b.data),
+                      pointer_alignment(c.data), bias ? pointer_alignment(bias) : 16u};
   const std::uint64_t workspace = Context<cuda>::cublas_workspace_bytes;
   LtPlan& plan = ctx.lt_plans().get(key, [&](LtPlan& p) {
     AMP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -110,9 +116,9 @@ bool gemm_lt(Context<cuda>& ctx, Matrix<const T> a, transpose ta, Matrix<const T
     if (bias) set_attribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(cuda_data_type<TC>()));
     if (ep.pre_activation) set_attribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, c.ld);
     // Layouts of the column-major views: cuBLAS's A is our B, its B our A.
-    AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, cuda_data_type<T>(), static_cast<std::uint64_t>(b.cols),
+    AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, cuda_data_type<TB>(), static_cast<std::uint64_t>(b.cols),
                                                 static_cast<std::uint64_t>(b.rows), b.ld));
-    AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, cuda_data_type<T>(), static_cast<std::uint64_t>(a.cols),
+    AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, cuda_data_type<TA>(), static_cast<std::uint64_t>(a.cols),
                                                 static_cast<std::uint64_t>(a.rows), a.ld));
     AMP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, cuda_data_type<TC>(), static_cast<std::uint64_t>(d.n),
                                                 static_cast<std::uint64_t>(d.m), c.ld));
@@ -138,6 +144,8 @@ bool gemm_lt(Context<cuda>& ctx, Matrix<const T> a, transpose ta, Matrix<const T
   if (!plan.found) return false;
   // The pointers are this call's (the descriptor is shared by every call of the case).
   if (bias) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (a_scale) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, a_scale);  // cuBLAS's B is our A
+  if (b_scale) set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, b_scale);
   if (ep.pre_activation)
     set_attribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, static_cast<void*>(ep.pre_activation));
   AMP_CUBLAS_CHECK(cublasLtMatmul(ctx.cublaslt(), plan.desc, &ep.alpha, b.data, plan.la, a.data, plan.lb, &ep.beta,
@@ -184,6 +192,49 @@ void gemm(Context<cuda>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
   GemmEpilogue<TC> rest = ep;
   rest.grad_bias = nullptr;
   for_each(ctx, static_cast<std::size_t>(d.m * d.n), detail::EpilogueOp<TC>{z, c.data, d.n, c.ld, rest});
+}
+
+namespace detail {
+// An FP8 code decoded and multiplied by its operand's 1/scale, in fp32.
+template <class F>
+struct Fp8DecodeOp {
+  Matrix<const F> codes;
+  const float* scale_inv;
+  float* out;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+    const std::int64_t r = static_cast<std::int64_t>(i) / codes.cols, c = static_cast<std::int64_t>(i) % codes.cols;
+    out[i] = fp8_to_float(codes(r, c)) * *scale_inv;
+  }
+};
+}  // namespace detail
+
+// The FP8 GEMM (backend/gemm.hpp's contract) on cuBLASLt: both operands K-major
+// (cuBLASLt's "TN"), fp32 accumulation, the epilogue fused. Needs compute
+// capability 8.9+ (the policy check names the GPU otherwise). Where cuBLASLt
+// has no FP8 algorithm for a case (dimensions not multiples of 16, say), the
+// operands are decoded and descaled into fp32 scratch and take the fp32 path:
+// the same values up to the rounding of each descaled operand.
+template <class FA, class FB, class TC>
+void gemm_fp8(Context<cuda>& ctx, const Fp8Matrix<FA>& a, const Fp8Matrix<FB>& b, Matrix<TC> c,
+              const GemmEpilogue<TC>& ep = {}) {
+  const GemmDims d = gemm_fp8_dims(a, b, c, ep);
+  if (d.m == 0 || d.n == 0) return;
+  ctx.activate();
+  const int major = ctx.capability().major, minor = ctx.capability().minor;
+  AMP_REQUIRE(major * 10 + minor >= 89, "gemm_fp8: GPU '", ctx.capability().name, "' has compute capability ", major,
+              ".", minor, "; FP8 tensor cores need 8.9+ (Ada or Hopper)");
+  ctx.count_launch();
+  if (detail::gemm_lt(ctx, a.codes, transpose::no, b.codes, transpose::yes, c, d, ep, static_cast<TC*>(nullptr),
+                      a.scale_inv, b.scale_inv))
+    return;
+  float* fa = ctx.scratch<float>(scratch_slot::gemm_a, static_cast<std::size_t>(d.m * d.k));
+  float* fb = ctx.scratch<float>(scratch_slot::gemm_b, static_cast<std::size_t>(d.n * d.k));
+  float* z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(d.m * d.n));
+  for_each(ctx, static_cast<std::size_t>(d.m * d.k), detail::Fp8DecodeOp<FA>{a.codes, a.scale_inv, fa});
+  for_each(ctx, static_cast<std::size_t>(d.n * d.k), detail::Fp8DecodeOp<FB>{b.codes, b.scale_inv, fb});
+  gemm(ctx, Matrix<const float>(fa, d.m, d.k, d.k), transpose::no, Matrix<const float>(fb, d.n, d.k, d.k),
+       transpose::yes, Matrix<float>(z, d.m, d.n, d.n), GemmEpilogue<float>{.alpha = ep.alpha});
+  for_each(ctx, static_cast<std::size_t>(d.m * d.n), detail::EpilogueOp<TC>{z, c.data, d.n, c.ld, ep});
 }
 
 // C_i = alpha op(A_i) op(B_i) + beta C_i: one strided-batched cuBLAS call, fp32 accumulation.

@@ -27,11 +27,11 @@ inline std::uint32_t pointer_alignment(const void* p) {
 
 struct LtPlanKey {
   std::int64_t m, n, k, lda, ldb, ldc, aux_ld;
-  int trans_a, trans_b, type_ab, type_c, epilogue;
+  int trans_a, trans_b, type_a, type_b, type_c, epilogue;
   std::uint32_t align_a, align_b, align_c, align_bias;
   auto tie() const {
-    return std::tie(m, n, k, lda, ldb, ldc, aux_ld, trans_a, trans_b, type_ab, type_c, epilogue, align_a, align_b,
-                    align_c, align_bias);
+    return std::tie(m, n, k, lda, ldb, ldc, aux_ld, trans_a, trans_b, type_a, type_b, type_c, epilogue, align_a,
+                    align_b, align_c, align_bias);
   }
   bool operator<(const LtPlanKey& o) const { return tie() < o.tie(); }
 };

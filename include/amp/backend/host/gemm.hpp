@@ -3,7 +3,8 @@
 // fp32 accumulation (AVX512-BF16 / AMX kernels where the CPU has them), fp16
 // widened to fp32 by the conversion instructions and multiplied by sgemm
 // (oneDNN 2.x has no fp16 GEMM for CPUs without AVX512-FP16). The epilogue adds
-// the bias and applies the activation in fp32, then rounds into C once.
+// the bias and applies the activation in fp32, then rounds into C once. FP8
+// operands are decoded to fp32 and multiplied by sgemm: an exact emulation.
 // Scratch is taken when a GEMM is issued and the work runs as one launch
 // (Context<host>::issue), so a recorded step keeps its pointers as a CUDA graph does.
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "amp/backend/gemm.hpp"
 #include "amp/backend/host/algorithm.hpp"
 #include "amp/backend/host/onednn.hpp"
+#include "amp/core/fp8.hpp"
 #include "amp/core/numeric.hpp"
 
 namespace amp {
@@ -165,6 +167,16 @@ Matrix<const T> op_rows(Matrix<const T> a, transpose ta, std::int64_t r0, std::i
   return {a.data + r0, a.rows, rows, a.ld};
 }
 
+// FP8 codes as a contiguous fp32 matrix, exactly.
+template <class F>
+AMP_HOST_CLONES Matrix<const float> decode(int threads, Matrix<const F> x, float* out) {
+  const float* table = fp8_table<F>().data();
+#pragma omp parallel for num_threads(threads) schedule(static) if (x.size() >= host_parallel_threshold)
+  for (std::int64_t r = 0; r < x.rows; ++r)
+    for (std::int64_t c = 0; c < x.cols; ++c) out[r * x.cols + c] = table[x.data[r * x.ld + c].__x];
+  return {out, x.rows, x.cols, x.cols};
+}
+
 // op(A) op(B) through Z block by block, each block's epilogue rounding into C once.
 template <class T, class TC>
 void gemm_through_z(int threads, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, Matrix<TC> c,
@@ -176,6 +188,18 @@ void gemm_through_z(int threads, Matrix<const T> a, transpose ta, Matrix<const T
     if (ep.pre_activation) at.pre_activation = ep.pre_activation + r0 * c.ld;
     // Z += beta C + bias; keep Z if asked; C = act(Z), rounded once.
     gemm_epilogue(threads, s.z, d.n, Matrix<TC>{c.data + r0 * c.ld, rows, c.cols, c.ld}, ep.beta, at);
+  }
+}
+
+// The product and its epilogue: straight into C when C is fp32, else through Z.
+template <class T, class TC>
+void gemm_now(int threads, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, Matrix<TC> c,
+              const GemmDims& d, std::int64_t block, const GemmEpilogue<TC>& ep, const GemmScratch& s) {
+  if constexpr (std::is_same_v<TC, float>) {
+    multiply_fp32(threads, a, ta, b, tb, c.data, c.ld, d, ep.alpha, ep.beta, s);
+    if (ep.bias || ep.act != activation::none || ep.pre_activation) gemm_epilogue(threads, c.data, c.ld, c, 0.0f, ep);
+  } else {
+    gemm_through_z(threads, a, ta, b, tb, c, d, block, ep, s);
   }
 }
 }  // namespace detail
@@ -197,16 +221,33 @@ void gemm(Context<host>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
   if (ep.grad_bias && ta == transpose::yes) s.bias = ctx.scratch<float>(scratch_slot::bias_grad, static_cast<std::size_t>(d.m));
   ctx.issue([threads = ctx.threads(), a, ta, b, tb, c, d, ep, s, block] {
     if (ep.grad_bias) detail::add_row_sums(a, ta, d, ep.grad_bias, s.bias);
-    // The fp32 product: straight into C when C is fp32, else through scratch.
-    if constexpr (std::is_same_v<TC, float>) {
-      detail::multiply_fp32(threads, a, ta, b, tb, c.data, c.ld, d, ep.alpha, ep.beta, s);
-      if (ep.bias || ep.act != activation::none || ep.pre_activation) detail::gemm_epilogue(threads, c.data, c.ld, c, 0.0f, ep);
-    } else if constexpr (std::is_same_v<TA, half>) {  // widened once, not once per block
-      detail::gemm_through_z(threads, detail::widen(threads, a, s.a), ta, detail::widen(threads, b, s.b), tb, c, d, block,
-                             ep, s);
-    } else {
-      detail::gemm_through_z(threads, a, ta, b, tb, c, d, block, ep, s);
-    }
+    if constexpr (std::is_same_v<TA, half> && !std::is_same_v<TC, float>)  // widened once, not once per block
+      detail::gemm_now(threads, detail::widen(threads, a, s.a), ta, detail::widen(threads, b, s.b), tb, c, d, block, ep, s);
+    else
+      detail::gemm_now(threads, a, ta, b, tb, c, d, block, ep, s);
+  });
+}
+
+// The FP8 GEMM (backend/gemm.hpp's contract), emulated exactly: the codes
+// decoded to fp32 (every FP8 value is an fp32 value), their products summed in
+// fp32 by sgemm, times alpha * a_inv * b_inv, the epilogue as above. What a
+// GPU computes, up to the order of the sums.
+template <class FA, class FB, class TC>
+void gemm_fp8(Context<host>& ctx, const Fp8Matrix<FA>& a, const Fp8Matrix<FB>& b, Matrix<TC> c,
+              const GemmEpilogue<TC>& ep = {}) {
+  const GemmDims d = gemm_fp8_dims(a, b, c, ep);
+  if (d.m == 0 || d.n == 0) return;
+  ctx.count_launch();
+  detail::GemmScratch s;
+  s.a = ctx.scratch<float>(scratch_slot::gemm_a, static_cast<std::size_t>(d.m * d.k));
+  s.b = ctx.scratch<float>(scratch_slot::gemm_b, static_cast<std::size_t>(d.n * d.k));
+  const std::int64_t block = std::clamp<std::int64_t>(detail::gemm_z_block / d.n, 1, d.m);
+  if constexpr (!std::is_same_v<TC, float>) s.z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(block * d.n));
+  ctx.issue([threads = ctx.threads(), a, b, c, d, ep, s, block] {
+    GemmEpilogue<TC> e = ep;
+    e.alpha = ep.alpha * *a.scale_inv * *b.scale_inv;  // the scales as they are when the GEMM runs
+    detail::gemm_now(threads, detail::decode(threads, a.codes, s.a), transpose::no, detail::decode(threads, b.codes, s.b),
+                     transpose::yes, c, d, block, e, s);
   });
 }
 
