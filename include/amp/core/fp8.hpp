@@ -8,7 +8,6 @@
 // CUDA's cvt.rn.satfinite and __nv_cvt_float_to_fp8(.., __NV_SATFINITE, ..) do.
 // The host does it with integer arithmetic and selects (a loop over it
 // vectorises); the device with the conversion instruction.
-#include <array>
 #include <cstdint>
 #include <string_view>
 #include <type_traits>
@@ -87,17 +86,6 @@ AMP_HOST_DEVICE inline float fp8_decode_bits(std::uint32_t code) {
   }
   if (exp == 0) return bits_float(sign | float_bits(static_cast<float>(mant) * min_subnormal));
   return bits_float(sign | (exp + 127u - static_cast<std::uint32_t>(Fmt::bias)) << 23 | mant << (23 - Fmt::mantissa));
-}
-
-// Every code's value once, for loops that decode many (the host GEMM).
-template <class F>
-inline const std::array<float, 256>& fp8_table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (std::uint32_t c = 0; c < 256; ++c) t[c] = fp8_decode_bits<F>(c);
-    return t;
-  }();
-  return table;
 }
 
 }  // namespace detail

@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "amp/backend/algorithm.hpp"
@@ -235,7 +234,6 @@ class Fp8State {
       for (auto& l : layers_) l.enabled = std::find(kept.begin(), kept.end(), l.weight_index) == kept.end();
     }
   }
-  bool discovering() const { return discovering_; }
   bool enabled(int slot) const { return slot >= 0 && !discovering_ && layers_[static_cast<std::size_t>(slot)].enabled; }
 
   Fp8Meta meta(int slot, fp8_operand o) {
@@ -246,10 +244,14 @@ class Fp8State {
   // The weight's FP8 codes [out x in] and their transpose [in x out], cast
   // from `values` when the values changed (once per step), allocated at the
   // first use (the model's planning pass). `record`: a training forward.
+  struct WeightCodes {
+    const Fw* codes;       // [out x in]
+    const Fw* transposed;  // [in x out]
+  };
   template <class S>
-  std::pair<const Fw*, const Fw*> weights(int slot, const S* values, bool record) {
+  WeightCodes weights(int slot, const S* values, bool record) {
     const Fp8Layer& l = layers_[static_cast<std::size_t>(slot)];
-    WeightCodes& w = weights_[static_cast<std::size_t>(slot)];
+    WeightCache& w = weights_[static_cast<std::size_t>(slot)];
     const auto count = static_cast<std::size_t>(l.out * l.in);
     if (!w.codes.data()) {
       w.codes = Buffer<Fw, B>(*ctx_, count, memory_kind::weights);
@@ -292,14 +294,14 @@ class Fp8State {
  private:
   using recipe = typename config::recipe;
   static constexpr int history = recipe::history;
-  struct WeightCodes {
+  struct WeightCache {
     Buffer<Fw, B> codes, codes_t;
     std::uint64_t version = 0;
   };
 
   Context<B>* ctx_ = nullptr;
   std::vector<Fp8Layer> layers_;
-  std::vector<WeightCodes> weights_;
+  std::vector<WeightCache> weights_;
   std::vector<int> calls_;  // weight indices of the layer calls of the discovery pass
   bool discovering_ = false;
   std::uint64_t version_ = 1;

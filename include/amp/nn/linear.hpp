@@ -13,8 +13,8 @@
 #include <type_traits>
 
 #include "amp/backend/gemm.hpp"
-#include "amp/core/fp8.hpp"
 #include "amp/core/activation.hpp"
+#include "amp/core/fp8.hpp"
 #include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
 
@@ -134,7 +134,7 @@ class Linear {
     Var<T> y = g.template tensor<T>(x.shape.with(-1, s.out));
     T* pre = s.act == activation::gelu ? g.template scratch<T>(y.size()) : nullptr;
     Fx* xt = g.template scratch<Fx>(x.size());
-    const auto [w, wt] = state.weights(s.fp8, g.params().values(s.weight).data, record);
+    const auto w = state.weights(s.fp8, g.params().values(s.weight).data, record);
     const Fp8Meta in = state.meta(s.fp8, fp8_operand::input), wm = state.meta(s.fp8, fp8_operand::weight);
     GemmEpilogue<T> ep{.act = s.act, .pre_activation = pre};
     if (s.has_bias) ep.bias = g.params().template as<T>(s.bias).data;
@@ -142,11 +142,10 @@ class Linear {
       Temporaries<P, B> temp(g);  // x's codes serve this GEMM only
       Fx* x8 = g.template scratch<Fx>(x.size());
       fp8_cast<typename Fp8::recipe>(ctx, x.data, rows, s.in, x8, xt, in, record);
-      gemm_fp8(ctx, Fp8Matrix<Fx>{{x8, rows, s.in, s.in}, in.scale_inv}, Fp8Matrix<Fx>{{w, s.out, s.in, s.in}, wm.scale_inv},
-               y.matrix(), ep);
+      gemm_fp8(ctx, Fp8Matrix<Fx>{{x8, rows, s.in, s.in}, in.scale_inv},
+               Fp8Matrix<Fx>{{w.codes, s.out, s.in, s.in}, wm.scale_inv}, y.matrix(), ep);
     }
-    const Fx* wt_codes = wt;
-    g.on_backward([=](Graph<P, B>& gb) { backward_fp8(gb, s, x, xt, wt_codes, y, pre); });
+    g.on_backward([=](Graph<P, B>& gb) { backward_fp8(gb, s, x, xt, w.transposed, y, pre); });
     if (s.act == activation::none) g.allow_overwrite(y);
     return y;
   }

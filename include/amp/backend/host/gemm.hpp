@@ -4,10 +4,11 @@
 // widened to fp32 by the conversion instructions and multiplied by sgemm
 // (oneDNN 2.x has no fp16 GEMM for CPUs without AVX512-FP16). The epilogue adds
 // the bias and applies the activation in fp32, then rounds into C once. FP8
-// operands are decoded to fp32 and multiplied by sgemm: an exact emulation.
+// operands are decoded to bf16 and take the bf16 GEMM: an exact emulation.
 // Scratch is taken when a GEMM is issued and the work runs as one launch
 // (Context<host>::issue), so a recorded step keeps its pointers as a CUDA graph does.
 #include <algorithm>
+#include <array>
 #include <type_traits>
 
 #if defined(_OPENMP)
@@ -167,10 +168,22 @@ Matrix<const T> op_rows(Matrix<const T> a, transpose ta, std::int64_t r0, std::i
   return {a.data + r0, a.rows, rows, a.ld};
 }
 
-// FP8 codes as a contiguous fp32 matrix, exactly.
+// Every FP8 code as bf16: exactly, as FP8 has at most 3 mantissa bits and
+// bf16 fp32's exponent range.
 template <class F>
-AMP_HOST_CLONES Matrix<const float> decode(int threads, Matrix<const F> x, float* out) {
-  const float* table = fp8_table<F>().data();
+const bfloat16* fp8_bf16_table() {
+  static const std::array<bfloat16, 256> table = [] {
+    std::array<bfloat16, 256> t{};
+    for (std::uint32_t c = 0; c < 256; ++c) t[c] = cast<bfloat16>(fp8_decode_bits<F>(c));
+    return t;
+  }();
+  return table.data();
+}
+
+// FP8 codes as a contiguous bf16 matrix, exactly.
+template <class F>
+AMP_HOST_CLONES Matrix<const bfloat16> decode(int threads, Matrix<const F> x, bfloat16* out) {
+  const bfloat16* table = fp8_bf16_table<F>();
 #pragma omp parallel for num_threads(threads) schedule(static) if (x.size() >= host_parallel_threshold)
   for (std::int64_t r = 0; r < x.rows; ++r)
     for (std::int64_t c = 0; c < x.cols; ++c) out[r * x.cols + c] = table[x.data[r * x.ld + c].__x];
@@ -229,24 +242,24 @@ void gemm(Context<host>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
 }
 
 // The FP8 GEMM (backend/gemm.hpp's contract), emulated exactly: the codes
-// decoded to fp32 (every FP8 value is an fp32 value), their products summed in
-// fp32 by sgemm, times alpha * a_inv * b_inv, the epilogue as above. What a
-// GPU computes, up to the order of the sums.
+// decoded to bf16 (every FP8 value is a bf16 value), multiplied by oneDNN's
+// bf16 GEMM (each product exact in fp32, summed in fp32), times alpha * a_inv
+// * b_inv, the epilogue as above. What a GPU computes, up to the order of the sums.
 template <class FA, class FB, class TC>
 void gemm_fp8(Context<host>& ctx, const Fp8Matrix<FA>& a, const Fp8Matrix<FB>& b, Matrix<TC> c,
               const GemmEpilogue<TC>& ep = {}) {
   const GemmDims d = gemm_fp8_dims(a, b, c, ep);
   if (d.m == 0 || d.n == 0) return;
   ctx.count_launch();
+  bfloat16* wa = ctx.scratch<bfloat16>(scratch_slot::gemm_a, static_cast<std::size_t>(d.m * d.k));
+  bfloat16* wb = ctx.scratch<bfloat16>(scratch_slot::gemm_b, static_cast<std::size_t>(d.n * d.k));
   detail::GemmScratch s;
-  s.a = ctx.scratch<float>(scratch_slot::gemm_a, static_cast<std::size_t>(d.m * d.k));
-  s.b = ctx.scratch<float>(scratch_slot::gemm_b, static_cast<std::size_t>(d.n * d.k));
   const std::int64_t block = std::clamp<std::int64_t>(detail::gemm_z_block / d.n, 1, d.m);
   if constexpr (!std::is_same_v<TC, float>) s.z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(block * d.n));
-  ctx.issue([threads = ctx.threads(), a, b, c, d, ep, s, block] {
+  ctx.issue([threads = ctx.threads(), a, b, c, d, ep, s, block, wa, wb] {
     GemmEpilogue<TC> e = ep;
     e.alpha = ep.alpha * *a.scale_inv * *b.scale_inv;  // the scales as they are when the GEMM runs
-    detail::gemm_now(threads, detail::decode(threads, a.codes, s.a), transpose::no, detail::decode(threads, b.codes, s.b),
+    detail::gemm_now(threads, detail::decode(threads, a.codes, wa), transpose::no, detail::decode(threads, b.codes, wb),
                      transpose::yes, c, d, block, e, s);
   });
 }
