@@ -31,7 +31,9 @@ for r in $(seq 1 "$rounds"); do
       --json "$dir/$level.$r.json" >"$dir/$level.$r.log" 2>&1 || { tail -5 "$dir/$level.$r.log" >&2; exit 1; }
   done
 done
-python3 - "$dir" "$out/fp8_gpt" "$rounds" "$*" <<'PY'
+py=/usr/bin/python3  # Debian's, with matplotlib; elsewhere (the GPU machine) whatever python3 there is
+[ -x "$py" ] || py=python3
+"$py" - "$dir" "$out/fp8_gpt" "$rounds" "$*" <<'PY'
 import csv, glob, json, os, statistics, sys
 work, out, rounds, flags = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 rows = []
@@ -59,7 +61,7 @@ for level in ("O2-bf16", "O2-fp8"):
     r0 = runs[0]
     print(f"{level:8} {r0['fp8_layers']:10} {med[level]:15.2f} ({max(ms) - min(ms):6.2f}) {r0['val_loss']:9.4f} "
           f"{r0['peak_weights'] / 2**20:11.2f} {r0['peak_activations'] / 2**20:10.2f} {r0['peak_total'] / 2**20:9.2f}")
-print(f"O2-fp8 step time x{med['O2-bf16'] / med['O2-fp8']:.2f} of O2-bf16's speed")
+print(f"O2-fp8 runs at {med['O2-bf16'] / med['O2-fp8']:.2f}x O2-bf16's speed")
 try:
     import matplotlib
     matplotlib.use("Agg")
