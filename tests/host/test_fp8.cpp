@@ -4,7 +4,7 @@
 // GEMM against FP64 on FP8-rounded operands; a Linear's three GEMMs against a
 // quantised FP64 reference; gradients against FP64 finite differences within
 // E4M3/E5M2's precision; which layers run in FP8; a huge activation absorbed
-// by the scales; exact resume; and the GPU check's refusal.
+// by the scales; exact resume and refused checkpoints; and the GPU check's refusal.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -376,7 +376,10 @@ TEST_CASE("fp8: a Linear's three GEMMs compute what a quantised FP64 reference c
   // The sum of term(i) over i < n, and of |term(i)| (what an fp32 sum's error scales with).
   const auto sum = [](std::int64_t n, auto term) {
     double z = 0, mag = 0;
-    for (std::int64_t i = 0; i < n; ++i) z += term(i), mag += std::abs(term(i));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double t = term(i);
+      z += t, mag += std::abs(t);
+    }
     return std::pair{z, mag};
   };
   for (std::int64_t r = 0; r < kRows; ++r)
@@ -611,6 +614,51 @@ TEST_CASE("fp8: exact resume across a wrapped history; checkpoints convert to an
   io::save(path, bf16, ob);
   io::load(path, resumed, o3);
   CHECK(download(ctx, Span<const float>(resumed.parameters().fp8().scale_values())) == std::vector<float>(9, 1.0f));
+  std::remove(path.c_str());
+}
+
+namespace {
+// Delayed4's name with another history length: its checkpoints look alike but do not fit.
+struct Delayed8 : O2FP8Policy {
+  using fp8 = Fp8<DelayedScaling<8, 1>, fp8_e4m3, fp8_e5m2, 0, 0>;
+  static constexpr std::string_view name = Delayed4::name;
+};
+}  // namespace
+
+TEST_CASE("fp8: a checkpoint whose FP8 state does not fit is refused by name, and nothing changes") {
+  const std::string path = (std::filesystem::temp_directory_path() / ("amp-fp8-bad-" + std::to_string(::getpid()) + ".ckpt")).string();
+  constexpr std::int64_t n = 8;
+  const auto x = exact_inputs(n * 6, 46);
+  std::vector<std::int32_t> labels(n, 1);
+  Context<host> ctx;
+  nn::Model<Delayed4, host, Mlp3<Delayed4, host>> saved(ctx, {.max_batch = n, .seed = 3});
+  optim::AdamW<Delayed4, host> o1(saved.parameters(), {.lr = 0.01f});
+  for (int s = 0; s < 2; ++s) train_step(ctx, saved, o1, x, labels);
+  io::save(path, saved, o1);
+  const auto error = [](auto f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // Another history length under the same policy name: the history's shape names the mismatch.
+  nn::Model<Delayed8, host, Mlp3<Delayed8, host>> other(ctx, {.max_batch = n, .seed = 4});
+  optim::AdamW<Delayed8, host> o2(other.parameters(), {.lr = 0.01f});
+  const auto before = other.parameters().get_values(0);
+  CHECK(error([&] { io::load(path, other, o2); }).find("tensor 'fp8.history' is fp32 of 2 dimensions that do not match the model's [9x8]") != std::string::npos);
+  CHECK(other.parameters().get_values(0) == before);
+  // A ring position outside the history.
+  io::Archive a = io::Archive::read(path);
+  a.put_int64("fp8.position", {4});
+  io::write_file(path, a.serialize());
+  nn::Model<Delayed4, host, Mlp3<Delayed4, host>> fresh(ctx, {.max_batch = n, .seed = 5});
+  optim::AdamW<Delayed4, host> o3(fresh.parameters(), {.lr = 0.01f});
+  const auto weights = fresh.parameters().get_values(0);
+  CHECK(error([&] { io::load(path, fresh, o3); }).find("has FP8 scales but no 'fp8.position' record of one value in [0, 4)") != std::string::npos);
+  CHECK(fresh.parameters().get_values(0) == weights);
+  CHECK(download(ctx, Span<const float>(fresh.parameters().fp8().scale_values())) == std::vector<float>(9, 1.0f));
   std::remove(path.c_str());
 }
 

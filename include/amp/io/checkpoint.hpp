@@ -211,11 +211,11 @@ Archive load(const std::string& path, Model& model, Optimizer& opt) {
     need("fp8.history", Shape{n, static_cast<std::int64_t>(fp8.history_values().size) / n});
     need("fp8.amax", Shape{n});
     need("fp8.scale", Shape{n});
-    const Record* position = a.find("fp8.position");
+    const Record* record = a.find("fp8.position");
+    const auto position = record ? record->values<std::int64_t>() : std::vector<std::int64_t>{};
     const std::int64_t history = static_cast<std::int64_t>(fp8.history_values().size) / n;
-    AMP_REQUIRE(position && position->values<std::int64_t>().size() == 1 && position->values<std::int64_t>()[0] >= 0 &&
-                    position->values<std::int64_t>()[0] < history,
-                "checkpoint '", path, "' has FP8 scales but no 'fp8.position' record of one value in [0, ", history, ")");
+    AMP_REQUIRE(position.size() == 1 && position[0] >= 0 && position[0] < history, "checkpoint '", path,
+                "' has FP8 scales but no 'fp8.position' record of one value in [0, ", history, ")");
   }
   for (const auto& [name, r] : a.records()) {
     if (name.rfind("extra.", 0) == 0) continue;

@@ -108,9 +108,11 @@ struct Fp8AmaxOp {
   }
 };
 
-// Delayed scaling's step for operand i: its amax goes into the history at
-// *position (a non-finite amax counts as none, so it cannot pin the scale for
-// a whole window), the scale follows the history's maximum, the amax restarts.
+// Delayed scaling's step for operand i, a row of its History amaxes: this
+// iteration's amax takes the slot at *position (a non-finite amax counts as
+// none, so it cannot pin the scale for a whole window), the scale follows the
+// window's maximum, the amax restarts. The window's other slots are reduced by
+// the lanes, the new one added after, so no lane reads a slot another writes.
 template <int History, int Margin>
 struct Fp8DelayedUpdateOp {
   float* history;  // [operands x History]
@@ -119,15 +121,19 @@ struct Fp8DelayedUpdateOp {
   float* scale_inv;
   const std::int32_t* position;
   float forward_max, backward_max;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t i) const {
     float* h = history + i * History;
-    h[*position] = is_finite(amax[i]) ? amax[i] : 0.0f;
-    float m = 0.0f;
-    for (int k = 0; k < History; ++k) m = h[k] > m ? h[k] : m;
-    const float fp8_max = i % fp8_operands == static_cast<std::size_t>(fp8_operand::grad) ? backward_max : forward_max;
-    scale[i] = fp8_scale_for(fp8_max, m, scale[i], Margin);
-    scale_inv[i] = 1.0f / scale[i];
-    amax[i] = 0.0f;
+    const std::int32_t at = *position;
+    const float now = is_finite(amax[i]) ? amax[i] : 0.0f;
+    const float rest = lanes.max(History, [&](std::int64_t k) { return k == at ? 0.0f : h[k]; });
+    lanes.each(1, [&](std::int64_t) {
+      h[at] = now;
+      const float fp8_max = i % fp8_operands == static_cast<std::size_t>(fp8_operand::grad) ? backward_max : forward_max;
+      scale[i] = fp8_scale_for(fp8_max, now > rest ? now : rest, scale[i], Margin);
+      scale_inv[i] = 1.0f / scale[i];
+      amax[i] = 0.0f;
+    });
   }
 };
 
@@ -271,7 +277,7 @@ class Fp8State {
   void step() {
     if constexpr (active && recipe::delayed) {
       if (layers_.empty()) return;
-      for_each(*ctx_, layers_.size() * fp8_operands,
+      for_each_row(*ctx_, layers_.size() * fp8_operands, history,
                detail::Fp8DelayedUpdateOp<history, recipe::margin>{
                    history_.data(), amax_.data(), scale_.data(), scale_inv_.data(), position_.data(),
                    fp8_format<Fw>::max, fp8_format<typename config::backward_type>::max});

@@ -202,12 +202,12 @@ class Model {
   void plan() {
     if constexpr (uses_fp8_v<P>) {
       store_.fp8().begin_discovery();
-      plan_pass();
+      plan_pass(false);  // the forwards alone: the order is all it is for
       store_.fp8().resolve();
     }
-    plan_pass();
+    plan_pass(true);
   }
-  void plan_pass() {
+  void plan_pass(bool with_backward) {
     graph_.begin_planning(options_.forwards_per_iteration);
     for (int k = 0; k < options_.forwards_per_iteration; ++k) {
       graph_.begin_forward();
@@ -220,7 +220,7 @@ class Model {
         ctx_->template scratch<LossValue>(scratch_slot::loss_rows, static_cast<std::size_t>(v.rows()));  // per row
       });
     }
-    graph_.backward();
+    if (with_backward) graph_.backward();
     graph_.end_planning();
   }
 

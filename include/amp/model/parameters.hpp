@@ -281,7 +281,9 @@ class ParameterStore {
   Fp8State<P, B>& fp8() { return fp8_; }
   const Fp8State<P, B>& fp8() const { return fp8_; }
   // A layer with weights runs (its weight's index): the order that picks which layers stay out of FP8.
-  void visit_layer(int weight_index) { fp8_.visit(weight_index); }
+  void visit_layer(int weight_index) {
+    if constexpr (uses_fp8_v<P>) fp8_.visit(weight_index);
+  }
   std::uint64_t cast_cache_refreshes() const { return weights_.cache_refreshes(); }
   // Trained elements, padding included.
   std::size_t count() const { return weights_.count() + norms_.count(); }

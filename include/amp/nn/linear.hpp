@@ -79,8 +79,6 @@ class Linear {
   Param<role::weight> bias() const { return spec_.bias; }
   std::int64_t in_features() const { return spec_.in; }
   std::int64_t out_features() const { return spec_.out; }
-  // Its slot in the FP8 state (-1: the policy has no FP8).
-  int fp8_slot() const { return spec_.fp8; }
 
  private:
   // What forward and backward need: small and copyable into the closure.
