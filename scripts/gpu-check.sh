@@ -156,6 +156,7 @@ if [ "$mode" = "--dry-run" ]; then
   echo "  tests:      ${tests[*]} (none may skip)"
   echo "  programs:   ${programs[*]}, each eager and --graph (bench/gpu-programs.sh)"
   echo "  FP8:        bench/fp8_gpt.sh: char_lm at width 768, 12 blocks, O2-fp8 against O2-bf16"
+  echo "  GPT-2:      bench/gpt2_small.sh: 124M at O2-bf16, context 1024, batch 8: tokens/s, MFU"
   echo "  PyTorch:    bench/gpu-pytorch.sh: fp32, fp16 autocast + GradScaler, bf16 autocast"
   echo "  sanitizer:  compute-sanitizer memcheck on amp_cuda_backend_tests and the O2 capture cases"
   exit 0
@@ -208,6 +209,9 @@ stage programs 200 bash "$AMP_ROOT/bench/gpu-programs.sh"
 # O2-fp8 against O2-bf16 at GPT-2 small's width and depth (char_lm's vocabulary), one round.
 stage fp8-gpt 90 env CHAR_LM="$carry/bin/char_lm" AMP_DATA="$carry/data/fortunes" BENCH_OUT="$work" \
   bash "$AMP_ROOT/bench/fp8_gpt.sh" 1 --device cuda --width 768 --layers 12 --heads 12 --context 256 --steps 30
+# GPT-2 small (124M) at O2-bf16, context 1024, batch 8: tokens/s and MFU against the bf16 dense peak of H100/H200.
+stage gpt2-small 90 env CHAR_LM="$carry/bin/char_lm" AMP_DATA="$carry/data/fortunes" BENCH_OUT="$work" \
+  GPT2_BUILD_LEVELS="" bash "$AMP_ROOT/bench/gpt2_small.sh" 20 O2-bf16 8 --peak 989 --device cuda
 stage pytorch 120 bash "$AMP_ROOT/bench/gpu-pytorch.sh"
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$sanitizer" ]; then

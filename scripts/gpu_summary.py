@@ -179,6 +179,24 @@ def fp8_gpt(work, s):
     return {"rows": rows}
 
 
+def gpt2_small(work, s):
+    """bench/gpt2_small.sh's rows: GPT-2 small at context 1024, tokens/s and MFU."""
+    path = os.path.join(work, "gpt2_small.csv")
+    if not os.path.exists(path):
+        s.say("  not run")
+        return {}
+    with open(path) as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        mfu = f"MFU {100 * float(r['mfu']):.1f}%" if r["mfu"] else ""
+        s.say(f"  {r['level']:8} context {r['context']:>4} batch {r['batch']:>2} {float(r['tokens_per_second']):10.0f} "
+              f"tokens/s ({float(r['tokens_per_second']) / 463000:.2f}x llm.c's H100 figure) {mfu}, "
+              f"peak {float(r['total_mib']):.0f} MiB, val loss {float(r['val_loss']):.4f}")
+        if not math.isfinite(float(r["val_loss"])):
+            s.fail(f"GPT-2 small {r['level']}: validation loss not finite")
+    return {"rows": rows}
+
+
 def main(work):
     s = Summary()
     gpu = read(os.path.join(work, "gpu.txt")).strip()
@@ -198,6 +216,8 @@ def main(work):
     results["programs"] = programs(work, s)
     s.say("O2-fp8 against O2-bf16, GPT width 768, 12 blocks (bench/fp8_gpt.sh):")
     results["fp8_gpt"] = fp8_gpt(work, s)
+    s.say("GPT-2 small, 124M, O2-bf16 (bench/gpt2_small.sh):")
+    results["gpt2_small"] = gpt2_small(work, s)
     results["problems"] = s.problems
     results["passed"] = not s.problems
     s.say("=" * 78)

@@ -1,9 +1,13 @@
-// 03_char_lm: a character-level GPT (token and position embeddings, pre-LN
-// blocks of causal self-attention and a GELU MLP, the output projection tied
-// to the embedding) on real English text, the Debian fortunes files, at each
-// opt level: validation loss in nats per character and perplexity, tokens/s,
-// peak memory by category, skipped steps and the final loss scale; a sample of
-// generated text; JSON and a per-step CSV that scripts/plot.py draws.
+// 03_char_lm: GPT-2 (nn/gpt2.hpp: token and position embeddings, pre-LN
+// blocks of causal self-attention and a GELU MLP, the head tied to the
+// embedding, its parameters named as transformers' GPT2LMHeadModel) on real
+// English text, the Debian fortunes files as characters, or on llm.c token
+// files, at each opt level: validation loss in nats per token and perplexity,
+// tokens/s, peak memory by category, skipped steps and the final loss scale; a
+// sample of generated text; JSON and a per-step CSV that scripts/plot.py
+// draws. One level also saves and resumes checkpoints (exactly), exports and
+// imports weights in the Hugging Face layout, and generates from a trained
+// model with a key/value cache.
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +22,9 @@
 #include <sstream>
 
 #include <amp/amp.hpp>
+#include <amp/data/tokens.hpp>
+#include <amp/io/checkpoint.hpp>
+#include <amp/io/safetensors.hpp>
 
 #include "common/args.hpp"
 #include "common/json.hpp"
@@ -32,53 +39,56 @@ namespace nn = amp::nn;
 using Clock = std::chrono::steady_clock;
 using examples::StepRecord;
 
-struct GptConfig {
-  std::int64_t vocab, context, layers, heads, width;
-  float dropout;
-  nn::attention_kernel attention = nn::attention_kernel::fused;
-};
-
-// GPT-2's shape: wte (+ positions) -> h.0 .. h.(L-1) -> ln_f -> logits = h wte^T.
-template <class P, class B>
-struct Gpt {
-  using T = typename P::activation_type;
-  nn::Embedding<P, B> wte;
-  std::vector<nn::TransformerBlock<P, B>> h;
-  nn::LayerNorm<P, B> ln_f;
-  std::int64_t context;
-
-  Gpt(nn::Builder<P, B> b, const GptConfig& c)
-      : wte(b.child("wte"), {.vocab = c.vocab, .features = c.width, .max_positions = c.context}),
-        h(blocks(b, c)),
-        ln_f(b.child("ln_f"), {.features = c.width}),
-        context(c.context) {}
-
-  static std::vector<nn::TransformerBlock<P, B>> blocks(nn::Builder<P, B> b, const GptConfig& c) {
-    std::vector<nn::TransformerBlock<P, B>> out;
-    for (std::int64_t i = 0; i < c.layers; ++i)
-      out.emplace_back(b.child("h." + std::to_string(i)),
-                       typename nn::TransformerBlock<P, B>::Config{.features = c.width, .heads = c.heads,
-                                                                   .attention_dropout = c.dropout,
-                                                                   .residual_dropout = c.dropout,
-                                                                   .attention = c.attention});
-    return out;
-  }
-
-  std::vector<nn::Input> default_inputs() const { return {nn::indices(amp::Shape{context})}; }
-  nn::Var<T> forward(nn::Graph<P, B>& g, nn::Var<std::int32_t> ids) {
-    nn::Var<T> x = wte(g, ids);
-    for (const auto& block : h) x = block(g, x);
-    return wte.logits(g, ln_f(g, x));
-  }
-};
-
-// The corpus: the fortunes files in name order, concatenated; the first 90% trains, the rest validates.
+// The corpus: the fortunes files in name order, concatenated (the first 90%
+// trains, the rest validates), as characters; or two llm.c token files.
 struct Corpus {
   std::vector<std::string> files;
   std::vector<std::int32_t> train, val;  // token ids
-  std::vector<unsigned char> chars;      // id -> byte
-  double unigram_entropy = 0;            // of the validation text, nats per character
+  std::vector<unsigned char> chars;      // characters: id -> byte; token files: none (ids below 256 are bytes)
+  std::int64_t vocab = 0;
+  double unigram_entropy = 0;            // of the validation text, nats per token
+
+  std::string decode(const std::vector<std::int32_t>& ids) const {
+    std::string out;
+    for (const auto id : ids) {
+      if (!chars.empty()) out += static_cast<char>(chars[static_cast<std::size_t>(id)]);
+      else if (id < 256) out += static_cast<char>(id);
+      else out += "<" + std::to_string(id) + ">";
+    }
+    return out;
+  }
+  std::vector<std::int32_t> encode(const std::string& text) const {
+    std::vector<std::int32_t> ids;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      const auto byte = static_cast<unsigned char>(text[i]);
+      const auto it = std::find(chars.begin(), chars.end(), byte);
+      const std::int64_t id = chars.empty() ? byte : it - chars.begin();
+      AMP_REQUIRE(id < vocab && (chars.empty() || it != chars.end()), "--prompt: byte ", int(byte), " at position ", i,
+                  " is not in the vocabulary", chars.empty() ? " (ids are bytes, --vocab-size " : " of the training text",
+                  chars.empty() ? std::to_string(vocab) + ")" : "");
+      ids.push_back(static_cast<std::int32_t>(id));
+    }
+    return ids;
+  }
 };
+
+void measure_entropy(Corpus& c) {
+  std::vector<double> count(static_cast<std::size_t>(c.vocab), 0.0);
+  for (const auto id : c.val) count[static_cast<std::size_t>(id)] += 1;
+  for (const double n : count)
+    if (n > 0) c.unigram_entropy -= n / c.val.size() * std::log(n / c.val.size());
+}
+
+// llm.c token files (amp/data/tokens.hpp): one trains, the other validates.
+Corpus read_token_files(const std::string& train, const std::string& val, std::int64_t vocab) {
+  Corpus c;
+  c.files = {train, val};
+  c.vocab = vocab;
+  c.train = amp::data::read_tokens(train, vocab);
+  c.val = amp::data::read_tokens(val, vocab);
+  measure_entropy(c);
+  return c;
+}
 
 Corpus read_corpus(const std::string& dir) {
   namespace fs = std::filesystem;
@@ -106,20 +116,22 @@ Corpus read_corpus(const std::string& dir) {
   const std::size_t split = text.size() * 9 / 10;
   for (std::size_t i = 0; i < text.size(); ++i)
     (i < split ? c.train : c.val).push_back(id_of[static_cast<unsigned char>(text[i])]);
-  std::vector<double> count(c.chars.size(), 0.0);
-  for (const auto id : c.val) count[static_cast<std::size_t>(id)] += 1;
-  for (const double n : count)
-    if (n > 0) c.unigram_entropy -= n / c.val.size() * std::log(n / c.val.size());
+  c.vocab = static_cast<std::int64_t>(c.chars.size());
+  measure_entropy(c);
   return c;
 }
 
 struct Settings {
-  GptConfig model{};
+  nn::GPT2Config model{};
   std::int64_t batch = 32, steps = 0, warmup = 0, eval_interval = 0, eval_batches = 0, sample = 0;
   float lr = 0, min_lr = 0, weight_decay = 0, clip = 0;
   std::uint64_t seed = 1;
   int threads = 0;
   std::string data;
+  // One level: checkpoints, the Hugging Face layout, generation.
+  std::string save, resume, export_to, import_from, prompt;
+  std::int64_t save_interval = 0, generate = 0;
+  nn::Sampling sampling{};
   bool tty = false, graph = false;
   bool fused_loss = true;  // the logits' memory takes their gradient (nn/fused_cross_entropy.hpp)
   std::string attention_ran;  // the kernel the device ran: fused falls back to materialized where it has none
@@ -134,7 +146,7 @@ std::int64_t window_start(std::uint64_t seed, std::int64_t i, std::int64_t limit
 // Batch `step` of windows: inputs and next-character targets.
 void fill_batch(const Settings& s, const std::vector<std::int32_t>& text, std::int64_t step, bool training,
                 std::int32_t* ids, std::int32_t* targets) {
-  const std::int64_t t = s.model.context, limit = static_cast<std::int64_t>(text.size()) - t - 1;
+  const std::int64_t t = s.model.n_positions, limit = static_cast<std::int64_t>(text.size()) - t - 1;
   for (std::int64_t r = 0; r < s.batch; ++r) {
     // Training: random windows; validation: evenly spaced ones, the same for every level.
     const std::int64_t start = training ? window_start(s.seed, step * s.batch + r, limit)
@@ -158,6 +170,7 @@ struct LevelResult {
   std::size_t peak[static_cast<int>(amp::memory_kind::count)] = {};
   std::size_t peak_total = 0;
   long long skipped = 0;
+  std::int64_t first_step = 0;  // --resume: the checkpoint's step
   // After the first step: what the loop did on the host (zeros: it can be one CUDA graph).
   long long host_syncs_in_loop = 0, allocations_in_loop = 0, pageable_copies_in_loop = 0, launches_per_step = 0;
   long long graph_nodes = 0;  // --graph: the captured step's nodes
@@ -179,63 +192,100 @@ double validation_loss(amp::Context<B>& ctx, Model& model, const Settings& s, co
     fill_batch(s, c.val, b, false, hi.data(), ht.data());
     amp::upload(ctx, ids.span(), hi);
     amp::upload(ctx, targets.span(), ht);
-    auto out = model.forward(ctx, amp::TensorView<const std::int32_t>(ids.data(), amp::Shape{s.batch, s.model.context}));
+    auto out = model.forward(ctx, amp::TensorView<const std::int32_t>(ids.data(), amp::Shape{s.batch, s.model.n_positions}));
     total += nn::cross_entropy(ctx, out, amp::Span<const std::int32_t>(targets.span())).item();
   }
   model.train();
   return total / static_cast<double>(s.eval_batches);
 }
 
-// n characters continuing the validation text's first window, sampled from the
-// softmax with a fixed seed.
-template <class Model, amp::Backend B>
-std::string generate(amp::Context<B>& ctx, Model& model, const Settings& s, const Corpus& c) {
-  using T = typename Model::policy::activation_type;
-  model.eval();
-  const std::int64_t t = s.model.context;
-  std::vector<std::int32_t> window(c.val.begin(), c.val.begin() + t);
-  amp::Buffer<std::int32_t, B> ids(ctx, static_cast<std::size_t>(t), amp::memory_kind::data);
-  std::mt19937_64 gen(s.seed);
-  std::string out;
-  for (std::int64_t i = 0; i < s.sample; ++i) {
-    amp::upload(ctx, ids.span(), window);
-    auto logits = model.forward(ctx, amp::TensorView<const std::int32_t>(ids.data(), amp::Shape{1, t}));
-    const auto last = amp::download(ctx, amp::Span<const T>(logits.value().data + (t - 1) * s.model.vocab,
-                                                            static_cast<std::size_t>(s.model.vocab)));
-    std::vector<double> p(last.size());
-    double max = -1e30, sum = 0;
-    for (const T v : last) max = std::max(max, static_cast<double>(amp::cast<float>(v)));
-    for (std::size_t k = 0; k < p.size(); ++k) sum += (p[k] = std::exp(amp::cast<float>(last[k]) - max));
-    double u = std::uniform_real_distribution<double>(0.0, sum)(gen);
-    std::size_t pick = 0;
-    while (pick + 1 < p.size() && (u -= p[pick]) > 0) ++pick;
-    out += static_cast<char>(c.chars[pick]);
-    window.erase(window.begin());
-    window.push_back(static_cast<std::int32_t>(pick));
-  }
-  model.train();
-  return out;
+// The prompt's tokens: --prompt, else the validation text's first token.
+std::vector<std::int32_t> prompt_ids(const Settings& s, const Corpus& c) {
+  return s.prompt.empty() ? std::vector<std::int32_t>{c.val.front()} : c.encode(s.prompt);
+}
+
+// n tokens continuing the prompt (nn/generate.hpp), printed as they come when `stream`.
+template <class Model>
+std::string sample_text(Model& model, const Settings& s, const Corpus& c, std::int64_t n, bool stream) {
+  const auto ids = nn::generate(model, prompt_ids(s, c), n, s.sampling, [&](std::int32_t id) {
+    if (!stream) return;
+    std::fputs(c.decode({id}).c_str(), stdout);
+    std::fflush(stdout);
+  });
+  return c.decode(ids);
+}
+
+// What a checkpoint records besides the model and optimizer: the next step,
+// the model's shape and the tokenizer, checked when it resumes or generates.
+amp::io::Archive checkpoint_extras(const Settings& s, const Corpus& c, std::int64_t next_step) {
+  amp::io::Archive a;
+  a.put_int64("char_lm.step", {next_step});
+  const auto& m = s.model;
+  a.put_int64("char_lm.model", {m.vocab_size, m.n_positions, m.n_layer, m.n_head, m.n_embd});
+  a.put_int64("char_lm.chars", std::vector<std::int64_t>(c.chars.begin(), c.chars.end()));
+  return a;
+}
+// `a`: the checkpoint file as read, so that a model of another shape is named before any tensor.
+std::int64_t check_extras(const amp::io::Archive& a, const Settings& s, const Corpus& c) {
+  const auto values = [&](const char* name) {
+    const auto* r = a.find(std::string("extra.") + name);
+    AMP_REQUIRE(r, "checkpoint '", s.resume, "' has no record '", name, "' (not written by char_lm?)");
+    return r->values<std::int64_t>();
+  };
+  const auto ours = checkpoint_extras(s, c, 0);
+  const auto& m = s.model;
+  std::string theirs;
+  for (const auto v : values("char_lm.model")) theirs += (theirs.empty() ? "" : ", ") + std::to_string(v);
+  AMP_REQUIRE(values("char_lm.model") == ours.find("char_lm.model")->values<std::int64_t>(), "checkpoint '", s.resume,
+              "' holds another model than vocab ", m.vocab_size, ", --context ", m.n_positions, ", --layers ", m.n_layer,
+              ", --heads ", m.n_head, ", --width ", m.n_embd, " (its: vocab, context, layers, heads, width = ",
+              theirs, ")");
+  AMP_REQUIRE(values("char_lm.chars") == ours.find("char_lm.chars")->values<std::int64_t>(), "checkpoint '", s.resume,
+              "' was trained on another vocabulary (other --data, or token files)");
+  const auto step = values("char_lm.step");
+  AMP_REQUIRE(step.size() == 1 && step[0] >= 0, "checkpoint '", s.resume, "': bad char_lm.step");
+  return step[0];
+}
+
+template <class Net>
+amp::io::TensorLayout hf_layout(const Net& net) {
+  return {net.hf_transposed(), net.hf_aliases()};
 }
 
 template <amp::Policy P, amp::Backend B>
 LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) {
   LevelResult r;
   r.level = std::string(amp::policy_name<P>());
-  nn::Model<P, B, Gpt<P, B>> model(ctx, {.max_batch = s.batch, .seed = s.seed, .fused_loss = s.fused_loss}, s.model);
+  nn::Model<P, B, nn::GPT2<P, B>> model(ctx, {.max_batch = s.batch, .seed = s.seed, .fused_loss = s.fused_loss}, s.model);
   // AdamW as GPT-2 trains: no decay on biases and norms, warm-up then cosine, clipping.
   amp::optim::AdamW<P, B> opt(model.parameters(),
                               {.lr = s.lr, .beta2 = 0.99f, .weight_decay = s.weight_decay, .max_grad_norm = s.clip,
                                .groups = {{.select = amp::optim::select::no_decay, .lr = {}, .weight_decay = 0.0f}}});
   opt.set_schedule(amp::optim::LinearWarmup<amp::optim::CosineLR>{
       s.warmup, {s.lr, std::max<std::int64_t>(1, s.steps - s.warmup), s.min_lr}});
-  const auto tokens = static_cast<std::size_t>(s.batch * s.model.context);
+  if (!s.import_from.empty()) amp::io::import_safetensors(s.import_from, model.parameters(), hf_layout(model.net()));
+  if (!s.resume.empty()) {
+    r.first_step = check_extras(amp::io::Archive::read(s.resume), s, c);
+    amp::io::load(s.resume, model, opt);
+    AMP_REQUIRE(s.generate > 0 || r.first_step < s.steps, "checkpoint '", s.resume, "' is at step ", r.first_step,
+                ": nothing left to train for --steps ", s.steps);
+  }
+  if (s.generate > 0) {  // no training: the prompt, then the tokens as they come
+    std::fputs(c.decode(prompt_ids(s, c)).c_str(), stdout);
+    r.sample = sample_text(model, s, c, s.generate, true);
+    std::printf("\n");
+    r.finished = true;
+    return r;
+  }
+  const std::int64_t first = r.first_step, count = s.steps - first;
+  const auto tokens = static_cast<std::size_t>(s.batch * s.model.n_positions);
   amp::Buffer<std::int32_t, B> ids(ctx, tokens, amp::memory_kind::data), targets(ctx, tokens, amp::memory_kind::data);
   amp::Staging<std::int32_t, B> stage_ids(ctx, tokens), stage_targets(ctx, tokens);  // pinned, asynchronous copies
-  examples::StepRecords<B> records(ctx, static_cast<std::size_t>(s.steps));
+  examples::StepRecords<B> records(ctx, static_cast<std::size_t>(count));
   double train_seconds = 0;
   std::vector<double> intervals;
   examples::LoopCounters loop;
-  const amp::TensorView<const std::int32_t> x(ids.data(), amp::Shape{s.batch, s.model.context});
+  const amp::TensorView<const std::int32_t> x(ids.data(), amp::Shape{s.batch, s.model.n_positions});
   const amp::Span<const std::int32_t> y(targets.span());
   auto train_step = [&] {
     auto out = model.forward(ctx, x);
@@ -247,7 +297,8 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
   };
   std::optional<amp::CapturedStep<B>> graph;  // --graph: every batch has the same shape
   auto start = Clock::now();
-  for (std::int64_t step = 0; step < s.steps; ++step) {
+  double interval = 0;  // training seconds since the last evaluation
+  for (std::int64_t step = first; step < s.steps; ++step) {
     if (examples::interrupted()) return r;
     loop.step(ctx, [&] {
       fill_batch(s, c.train, step, true, stage_ids.next().data, stage_targets.next().data);
@@ -258,38 +309,45 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
       else graph.emplace(ctx, train_step);  // this batch's eager step, then the capture
     });
     const bool eval_now = (step + 1) % s.eval_interval == 0 || step + 1 == s.steps;
+    const bool save_now = !s.save.empty() && ((step + 1) % s.save_interval == 0 || step + 1 == s.steps);
     const StepRecord* rec = s.tty && (step % 10 == 0 || eval_now) ? records.newest(ctx) : nullptr;
     if (rec) {
       const double secs = train_seconds + std::chrono::duration<double>(Clock::now() - start).count();
       std::printf("\r  %-7s step %5lld/%-5lld %7.0f tok/s loss %.4f scale %-8g", r.level.c_str(),
                   static_cast<long long>(step + 1), static_cast<long long>(s.steps),
-                  static_cast<double>((step + 1) * tokens) / secs, rec->loss, rec->scale);
+                  static_cast<double>((step + 1 - first) * tokens) / secs, rec->loss, rec->scale);
       std::fflush(stdout);
     }
-    if (eval_now) {
+    if (eval_now || save_now) {  // the clock stops for evaluations and checkpoints
       ctx.synchronize();
       const double secs = std::chrono::duration<double>(Clock::now() - start).count();
       train_seconds += secs;
-      intervals.push_back(secs);
+      interval += secs;
+    }
+    if (eval_now) {
+      intervals.push_back(interval);
       const double val = validation_loss(ctx, model, s, c, ids, targets);
-      r.evaluations.push_back({step + 1, val, secs});
+      r.evaluations.push_back({step + 1, val, interval});
+      interval = 0;
       std::printf("%s  %-7s step %5lld/%-5lld val loss %.4f (ppl %.2f) %7.0f tok/s%s\n", s.tty ? "\r" : "",
                   r.level.c_str(), static_cast<long long>(step + 1), static_cast<long long>(s.steps), val,
-                  std::exp(val), static_cast<double>((step + 1) * tokens) / train_seconds, s.tty ? "          " : "");
+                  std::exp(val), static_cast<double>((step + 1 - first) * tokens) / train_seconds,
+                  s.tty ? "          " : "");
       std::fflush(stdout);
-      start = Clock::now();
     }
+    if (save_now) amp::io::save(s.save, model, opt, checkpoint_extras(s, c, step + 1));
+    if (eval_now || save_now) start = Clock::now();
   }
   r.host_syncs_in_loop = loop.syncs(), r.allocations_in_loop = loop.allocations();
   r.pageable_copies_in_loop = loop.pageable_copies();
   r.launches_per_step = graph ? static_cast<long long>(graph->launches_per_step()) : loop.launches();
   r.graph_nodes = graph ? static_cast<long long>(graph->graph_nodes()) : 0;
-  r.step_ms = 1e3 * train_seconds / static_cast<double>(s.steps);
-  r.steps = records.download(ctx, static_cast<std::size_t>(s.steps));
+  r.step_ms = 1e3 * train_seconds / static_cast<double>(count);
+  r.steps = records.download(ctx, static_cast<std::size_t>(count));
   const std::size_t tail = std::min<std::size_t>(r.steps.size(), static_cast<std::size_t>(s.eval_interval));
   for (std::size_t i = r.steps.size() - tail; i < r.steps.size(); ++i) r.train_loss += r.steps[i].loss / tail;
   r.val_loss = r.evaluations.back().val_loss;
-  r.tokens_per_second = static_cast<double>(s.steps) * static_cast<double>(tokens) / train_seconds;
+  r.tokens_per_second = static_cast<double>(count) * static_cast<double>(tokens) / train_seconds;
   std::sort(intervals.begin(), intervals.end());
   r.interval_seconds = intervals[intervals.size() / 2];
   r.skipped = r.steps.back().skipped;
@@ -298,7 +356,9 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
     r.peak[k] = ctx.memory().peak(static_cast<amp::memory_kind>(k));
   r.peak_total = ctx.memory().peak_total();
   r.fp8 = examples::fp8_summary(model.parameters());
-  if (s.sample > 0) r.sample = generate(ctx, model, s, c);
+  if (!s.export_to.empty())
+    amp::io::export_safetensors(s.export_to, model.parameters(), amp::io::dtype::fp32, hf_layout(model.net()));
+  if (s.sample > 0) r.sample = sample_text(model, s, c, s.sample, false);
   r.finished = true;
   return r;
 }
@@ -307,8 +367,9 @@ double mib(std::size_t bytes) { return static_cast<double>(bytes) / 1048576.0; }
 
 void print_tables(const std::string& device, const Corpus& c, const std::vector<LevelResult>& results) {
   using amp::memory_kind;
-  std::printf("\nresults on %s (validation: %zu characters, unigram entropy %.4f nats/char; 0.6 x = %.4f)\n",
-              device.c_str(), c.val.size(), c.unigram_entropy, 0.6 * c.unigram_entropy);
+  const char* unit = c.chars.empty() ? "token" : "character";
+  std::printf("\nresults on %s (validation: %zu %ss, unigram entropy %.4f nats/%s; 0.6 x = %.4f)\n", device.c_str(),
+              c.val.size(), unit, c.unigram_entropy, unit, 0.6 * c.unigram_entropy);
   std::printf("%-8s %8s %8s %10s %10s %10s %7s %11s\n", "level", "val loss", "val ppl", "train loss", "tokens/s",
               "memory MiB", "skipped", "final scale");
   const LevelResult* o0 = nullptr;
@@ -343,11 +404,11 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
   j.end();
   j.field("train_characters", static_cast<long long>(c.train.size()))
       .field("val_characters", static_cast<long long>(c.val.size()))
-      .field("vocab", static_cast<long long>(c.chars.size()))
+      .field("vocab", static_cast<long long>(c.vocab)).field("tokens", c.chars.empty() ? "token files" : "characters")
       .field("unigram_entropy", c.unigram_entropy);
-  j.key("settings").object().field("context", static_cast<long long>(s.model.context))
-      .field("layers", static_cast<long long>(s.model.layers)).field("heads", static_cast<long long>(s.model.heads))
-      .field("width", static_cast<long long>(s.model.width)).field("dropout", s.model.dropout)
+  j.key("settings").object().field("context", static_cast<long long>(s.model.n_positions))
+      .field("layers", static_cast<long long>(s.model.n_layer)).field("heads", static_cast<long long>(s.model.n_head))
+      .field("width", static_cast<long long>(s.model.n_embd)).field("dropout", s.model.dropout)
       .field("attention", s.attention_ran).field("loss", s.fused_loss ? "fused" : "plain")
       .field("batch_size", static_cast<long long>(s.batch)).field("steps", static_cast<long long>(s.steps))
       .field("lr", s.lr).field("min_lr", s.min_lr).field("warmup", static_cast<long long>(s.warmup))
@@ -387,7 +448,8 @@ std::string to_csv(const Settings& s, const std::vector<LevelResult>& results) {
   for (const auto& r : results)
     for (std::size_t i = 0; i < r.steps.size(); ++i) {
       const long long skipped = r.steps[i].skipped - (i ? r.steps[i - 1].skipped : 0);
-      c << r.level << "," << static_cast<long long>(i) / s.eval_interval + 1 << "," << i + 1 << "," << r.steps[i].loss
+      const auto step = static_cast<long long>(i) + r.first_step;  // from 0
+      c << r.level << "," << step / s.eval_interval + 1 << "," << step + 1 << "," << r.steps[i].loss
         << "," << r.steps[i].scale << "," << skipped << "\n";
     }
   return c.str();
@@ -404,7 +466,11 @@ int main(int argc, char** argv) try {
       .flag("threads", "0", "CPU threads (0: the idle cores)", "N")
       .flag("steps", "650", "training steps per level", "N")
       .flag("batch-size", "32", "sequences per step", "N")
-      .flag("context", "128", "characters per sequence", "N")
+      .flag("train-tokens", "", "train on an llm.c token file (uint16 ids; scripts/tokenize.py writes one) instead of --data",
+            "FILE")
+      .flag("val-tokens", "", "the token file that validates (with --train-tokens)", "FILE")
+      .flag("vocab-size", "256", "with token files: ids are checked to lie in [0, N)", "N")
+      .flag("context", "128", "tokens per sequence (GPT-2's n_positions)", "N")
       .flag("layers", "4", "transformer blocks", "N")
       .flag("heads", "4", "attention heads", "N")
       .flag("width", "128", "model width (a multiple of --heads)", "N")
@@ -419,19 +485,32 @@ int main(int argc, char** argv) try {
       .flag("eval-interval", "100", "steps between validation losses", "N")
       .flag("eval-batches", "8", "validation batches per evaluation", "N")
       .flag("seed", "1", "seed of the initialisation, the data order and the sample", "N")
-      .flag("sample", "240", "print N generated characters after training (0: none)", "N")
+      .flag("sample", "240", "print N generated tokens after training (0: none)", "N")
+      .flag("prompt", "", "the text a sample or --generate continues (default: the validation text's first token)",
+            "TEXT")
+      .flag("temperature", "1", "sampling temperature (0: always the most likely token)", "T")
+      .flag("top-k", "0", "sample among the K most likely tokens (0: all)", "K")
+      .toggle("kv-cache", true, "generate with the key/value cache (no: rerun the whole window per token)")
+      .flag("generate", "0", "generate N tokens from --resume or --import without training, and stop", "N")
+      .flag("save", "", "save a checkpoint (model, optimizer, scaler, step) to FILE every --save-interval steps and "
+            "at the end", "FILE")
+      .flag("save-interval", "0", "steps between checkpoints (0: only at the end)", "N")
+      .flag("resume", "", "continue training (or --generate) from a checkpoint of --save, exactly", "FILE")
+      .flag("export", "", "after training, write the weights as safetensors that transformers' GPT2LMHeadModel "
+            "loads", "FILE")
+      .flag("import", "", "start from weights in transformers' GPT2LMHeadModel layout (safetensors)", "FILE")
       .flag("json", "", "write the summary as JSON to FILE", "FILE")
       .flag("csv", "", "write every step (level, interval, step, loss, loss scale, skipped) to FILE", "FILE")
       .toggle("graph", false, "capture the training step once and replay it per batch (a CUDA graph on the GPU)");
   if (!args.parse(argc, argv)) return 0;
   examples::watch_interrupts();  // before any thread starts (see run.hpp)
   Settings s;
-  s.model.context = args.integer("context", 2, 4096);
-  s.model.layers = args.integer("layers", 1, 256);
-  s.model.heads = args.integer("heads", 1, 256);
-  s.model.width = args.integer("width", 1, 65536);
-  AMP_REQUIRE(s.model.width % s.model.heads == 0, "--width (", s.model.width, ") must be a multiple of --heads (",
-              s.model.heads, ")");
+  s.model.n_positions = args.integer("context", 2, 4096);
+  s.model.n_layer = args.integer("layers", 1, 256);
+  s.model.n_head = args.integer("heads", 1, 256);
+  s.model.n_embd = args.integer("width", 1, 65536);
+  AMP_REQUIRE(s.model.n_embd % s.model.n_head == 0, "--width (", s.model.n_embd, ") must be a multiple of --heads (",
+              s.model.n_head, ")");
   s.model.dropout = static_cast<float>(args.real("dropout", 0.0, 0.9));
   const std::string attention = args.str("attention");
   AMP_REQUIRE(attention == "fused" || attention == "materialized", "--attention must be fused or materialized, not '",
@@ -451,27 +530,54 @@ int main(int argc, char** argv) try {
   s.eval_batches = args.integer("eval-batches", 1, 100000);
   s.seed = static_cast<std::uint64_t>(args.integer("seed", 0, std::numeric_limits<long long>::max()));
   s.sample = args.integer("sample", 0, 1'000'000);
+  s.prompt = args.str("prompt");
+  s.sampling = {.temperature = static_cast<float>(args.real("temperature", 0.0, 100.0)),
+                .top_k = args.integer("top-k", 0, 1 << 30), .seed = s.seed, .cache = args.on("kv-cache")};
+  s.generate = args.integer("generate", 0, 1'000'000);
+  s.save = args.str("save"), s.resume = args.str("resume");
+  s.export_to = args.str("export"), s.import_from = args.str("import");
+  s.save_interval = args.integer("save-interval", 0, 10'000'000);
   s.threads = static_cast<int>(args.integer("threads", 0, 4096));
   s.data = args.str("data");
   s.tty = isatty(fileno(stdout)) != 0;
   s.graph = args.on("graph");
   const auto levels = examples::parse_levels(args.str("opt-level"));
   const bool gpu = examples::use_gpu(args.str("device"));
+  // Checkpoints, weights files and generation belong to one model: one level.
+  for (const char* flag : {"save", "resume", "export", "import", "generate"})
+    AMP_REQUIRE(levels.size() == 1 || args.str(flag).empty() || args.str(flag) == "0", "--", flag,
+                " works on one level: give --opt-level one level (for example O2-bf16), not '", args.str("opt-level"),
+                "'");
+  AMP_REQUIRE(s.generate == 0 || !s.resume.empty() || !s.import_from.empty(),
+              "--generate samples from a trained model: give --resume CHECKPOINT or --import FILE");
+  AMP_REQUIRE(s.save_interval == 0 || !s.save.empty(), "--save-interval needs --save FILE");
+  if (s.save_interval == 0) s.save_interval = s.steps;
   examples::Outputs outputs;
   outputs.add("--json", args.str("json"));
   outputs.add("--csv", args.str("csv"));
+  if (!s.save.empty()) amp::io::check_writable(s.save, "--save");
+  if (!s.export_to.empty()) amp::io::check_writable(s.export_to, "--export");
 
-  const Corpus corpus = read_corpus(s.data);
-  s.model.vocab = static_cast<std::int64_t>(corpus.chars.size());
-  AMP_REQUIRE(static_cast<std::int64_t>(corpus.val.size()) > s.eval_batches * s.batch + s.model.context + 1,
-              "the validation text (", corpus.val.size(), " characters) is too short for --eval-batches ",
-              s.eval_batches, " x --batch-size ", s.batch, " windows of --context ", s.model.context);
-  std::printf("char_lm: %zu files, %zu train / %zu validation characters, vocab %lld; %lld layers x %lld heads, width "
+  const std::string train_tokens = args.str("train-tokens"), val_tokens = args.str("val-tokens");
+  AMP_REQUIRE(train_tokens.empty() == val_tokens.empty(), "--train-tokens and --val-tokens come together");
+  const Corpus corpus = train_tokens.empty() ? read_corpus(s.data)
+                                             : read_token_files(train_tokens, val_tokens, args.integer("vocab-size", 1, 65536));
+  s.model.vocab_size = corpus.vocab;
+  const char* unit = corpus.chars.empty() ? "tokens" : "characters";
+  for (const auto* part : {&corpus.train, &corpus.val})
+    AMP_REQUIRE(static_cast<std::int64_t>(part->size()) > (part == &corpus.val ? s.eval_batches * s.batch : 1) +
+                                                              s.model.n_positions + 1,
+                "the ", part == &corpus.val ? "validation" : "training", " text (", part->size(), " ", unit,
+                ") is too short for ", part == &corpus.val ? "--eval-batches " + std::to_string(s.eval_batches) + " x " : "",
+                "--batch-size ", s.batch, " windows of --context ", s.model.n_positions);
+  if (s.generate == 0)
+    std::printf("char_lm: %zu files, %zu train / %zu validation %s, vocab %lld; %lld layers x %lld heads, width "
               "%lld, context %lld, batch %lld, %lld steps\n",
-              corpus.files.size(), corpus.train.size(), corpus.val.size(), static_cast<long long>(s.model.vocab),
-              static_cast<long long>(s.model.layers), static_cast<long long>(s.model.heads),
-              static_cast<long long>(s.model.width), static_cast<long long>(s.model.context),
-              static_cast<long long>(s.batch), static_cast<long long>(s.steps));
+              corpus.files.size(), corpus.train.size(), corpus.val.size(), unit,
+              static_cast<long long>(s.model.vocab_size), static_cast<long long>(s.model.n_layer),
+              static_cast<long long>(s.model.n_head), static_cast<long long>(s.model.n_embd),
+              static_cast<long long>(s.model.n_positions), static_cast<long long>(s.batch),
+              static_cast<long long>(s.steps));
 
   std::string device, details;
   std::vector<LevelResult> results;
@@ -489,6 +595,7 @@ int main(int argc, char** argv) try {
         s.attention_ran =
             s.model.attention == nn::attention_kernel::fused && amp::fused_attention<B>::value ? "fused" : "materialized";
         LevelResult r = run_level<P>(ctx, s, corpus);
+        if (r.finished && s.generate > 0) return;
         if (r.finished) {
           if (!r.sample.empty()) std::printf("  %s sample: %s\n", r.level.c_str(), r.sample.c_str());
           results.push_back(std::move(r));
@@ -498,6 +605,7 @@ int main(int argc, char** argv) try {
     if (examples::interrupted()) break;
     if (&level != &levels.back()) write_outputs(false);
   }
+  if (s.generate > 0) return 0;
   if (!results.empty()) print_tables(device, corpus, results);
   if (examples::interrupted()) {
     if (!results.empty()) write_outputs(false);

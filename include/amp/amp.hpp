@@ -16,6 +16,8 @@
 #include "amp/nn/conv.hpp"
 #include "amp/nn/embedding.hpp"
 #include "amp/nn/fused_cross_entropy.hpp"
+#include "amp/nn/generate.hpp"
+#include "amp/nn/gpt2.hpp"
 #include "amp/nn/linear.hpp"
 #include "amp/nn/loss.hpp"
 #include "amp/nn/norm.hpp"

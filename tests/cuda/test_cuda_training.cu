@@ -320,3 +320,23 @@ TEST_CASE_TEMPLATE("cuda: training with the fused classifier loss matches the ho
   compare<P>(wg, train_lm(fused_cpu, cpu, ids, targets, true));
   compare<P>(wg, train_lm(plain_gpu, gpu, ids, targets));
 }
+
+TEST_CASE_TEMPLATE("cuda: GPT2 generation: the key/value cache gives the full forward's tokens, and the host's at O0", P,
+                   amp::O0Policy, amp::O2Policy) {
+  AMP_REQUIRE_GPU();
+  const nn::GPT2Config c{.vocab_size = 29, .n_positions = 16, .n_layer = 2, .n_head = 2, .n_embd = 32};
+  Context<amp::cuda> gpu;
+  nn::Model<P, amp::cuda, nn::GPT2<P, amp::cuda>> mg(gpu, {.max_batch = 1, .seed = 3}, c);
+  const std::vector<std::int32_t> prompt{1, 2, 3};
+  for (const nn::Sampling s : {nn::Sampling{.temperature = 0.0f}, nn::Sampling{.temperature = 0.9f, .top_k = 8, .seed = 4}}) {
+    nn::Sampling uncached = s;
+    uncached.cache = false;
+    const auto tokens = nn::generate(mg, prompt, 40, s);  // past the context: the window restarts
+    CHECK(tokens == nn::generate(mg, prompt, 40, uncached));
+    if constexpr (std::is_same_v<P, amp::O0Policy>) {
+      Context<amp::host> cpu;
+      nn::Model<P, amp::host, nn::GPT2<P, amp::host>> mc(cpu, {.max_batch = 1, .seed = 3}, c);
+      CHECK(tokens == nn::generate(mc, prompt, 40, s));
+    }
+  }
+}

@@ -1,7 +1,10 @@
 """Runs char_lm briefly (40 steps) on the fortunes files at O0, O2, O1-bf16 and O2-fp8 and checks that every level
 learns (the validation loss falls far below the uniform guess, ln vocab), that the mixed levels track O0, and
 that the JSON summary, the CSV and the sample are complete; that --graph and the fused loss train bit for bit
-as the eager step and the plain loss; then what the program does with bad input."""
+as the eager step and the plain loss; that a run resumed from its checkpoint continues bit for bit, that
+generation from a checkpoint gives the same text with and without the key/value cache and from the exported
+weights; that llm.c token files written by scripts/tokenize.py train end to end; then what the program does with
+bad input."""
 import csv
 import json
 import math
@@ -32,7 +35,15 @@ with tempfile.TemporaryDirectory() as tmp:
                           (["--eval-batches", "100000"], "is too short for --eval-batches 100000"),
                           (["--steps", "0"], "--steps must be an integer in [1, 10000000], got '0'"),
                           (["--attention", "flash"], "--attention must be fused or materialized, not 'flash'"),
-                          (["--loss", "mse"], "--loss must be fused or plain, not 'mse'")):
+                          (["--loss", "mse"], "--loss must be fused or plain, not 'mse'"),
+                          (["--save", os.path.join(tmp, "c")], "--save works on one level: give --opt-level one level"),
+                          (["--opt-level", "O0", "--generate", "5"], "--generate samples from a trained model: give "
+                                                                     "--resume CHECKPOINT or --import FILE"),
+                          (["--opt-level", "O0", "--save-interval", "5"], "--save-interval needs --save FILE"),
+                          (["--train-tokens", "x.bin"], "--train-tokens and --val-tokens come together"),
+                          (["--train-tokens", "/nonexistent", "--val-tokens", "v"], "cannot open token file "
+                                                                                    "'/nonexistent'"),
+                          (["--opt-level", "O0", "--resume", "/nonexistent"], "/nonexistent")):
         r = run(*args, "--json", json_path)
         assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
         assert not os.path.exists(json_path), args
@@ -96,4 +107,53 @@ with tempfile.TemporaryDirectory() as tmp:
                       lv["peak_bytes"]["activations"])
     assert runs["plain"][:2] == runs["fused"][:2], runs
     assert runs["fused"][2] < runs["plain"][2], runs
+
+    # Resume: 16 steps straight = 8 steps saved every 4, then resumed to 16, bit for bit (O2: the loss scaler's
+    # state; dropout: its counter), the validation loss too. Then generation from the checkpoint.
+    small = ["--data", data, "--eval-interval", "4", "--eval-batches", "2", "--sample", "0", "--opt-level", "O2",
+             "--dropout", "0.1", "--layers", "2", "--width", "64", "--context", "32"]
+    ckpt, weights = os.path.join(tmp, "run.ckpt"), os.path.join(tmp, "run.safetensors")
+    r = run(*small, "--steps", "16", "--csv", csv_path, "--json", json_path)
+    assert r.returncode == 0, r.stderr
+    straight = [row["loss"] for row in csv.DictReader(open(csv_path))]
+    straight_val = json.load(open(json_path))["levels"][0]["val_loss"]
+    r = run(*small, "--steps", "8", "--save", ckpt, "--save-interval", "4")
+    assert r.returncode == 0 and os.path.exists(ckpt), r.stderr
+    r = run(*small, "--steps", "16", "--resume", ckpt, "--csv", csv_path, "--json", json_path, "--export", weights,
+            "--save", ckpt)
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(open(csv_path)))
+    assert [row["step"] for row in rows] == [str(i) for i in range(9, 17)], rows
+    assert [row["loss"] for row in rows] == straight[8:], (rows, straight)
+    assert json.load(open(json_path))["levels"][0]["val_loss"] == straight_val
+    r = run(*small, "--steps", "8", "--resume", ckpt)
+    assert r.returncode == 2 and "is at step 16: nothing left to train for --steps 8" in r.stderr, r.stderr
+    r = run(*[a if a != "64" else "128" for a in small], "--steps", "16", "--resume", ckpt)
+    assert r.returncode == 2 and "holds another model than vocab" in r.stderr, r.stderr
+
+    # Generation from the step-16 checkpoint: 80 characters (past the context of 32: the window restarts), with
+    # and without the cache, and from the exported weights (transformers' layout, the fp32 masters): one text.
+    texts = set()
+    for source in (["--resume", ckpt], ["--resume", ckpt, "--kv-cache", "no"], ["--import", weights]):
+        r = run(*small, "--steps", "16", *source, "--generate", "80", "--prompt", "The ", "--top-k", "10")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("The ") and len(r.stdout) == len("The ") + 80 + 1, repr(r.stdout)
+        texts.add(r.stdout)
+    assert len(texts) == 1, texts
+
+    # llm.c token files from scripts/tokenize.py (bytes as ids): training end to end, and the ids checked.
+    tokens = os.path.join(tmp, "fortunes")
+    tokenize = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "tokenize.py")
+    files = sorted(f for f in os.listdir(data) if "." not in f)[:6]
+    subprocess.run([sys.executable, tokenize, tokens, *(os.path.join(data, f) for f in files)], check=True,
+                   capture_output=True)
+    from_files = ["--train-tokens", tokens + "_train.bin", "--val-tokens", tokens + "_val.bin"]
+    r = run(*from_files, "--steps", "40", "--eval-interval", "20", "--eval-batches", "2", "--sample", "20",
+            "--opt-level", "O2-bf16", "--json", json_path)
+    assert r.returncode == 0, r.stderr
+    summary = json.load(open(json_path))
+    assert summary["vocab"] == 256 and summary["tokens"] == "token files", summary
+    assert summary["levels"][0]["val_loss"] < math.log(256) - 1.5, summary["levels"][0]["val_loss"]
+    r = run(*from_files, "--vocab-size", "100", "--steps", "4", "--opt-level", "O0")
+    assert r.returncode == 2 and "is outside the vocabulary [0, 100) (--vocab-size)" in r.stderr, r.stderr
 print("char_lm check passed")

@@ -17,6 +17,7 @@
 #include "support/policies.hpp"
 #include "amp/io/checkpoint.hpp"
 #include "amp/io/safetensors.hpp"
+#include "support/files.hpp"
 #include "support/reference.hpp"
 
 using namespace amp;
@@ -89,25 +90,6 @@ std::string state_bytes(Context<host>& ctx, Net<P>& net, Opt<P>& opt) {
   return out;
 }
 
-std::string temp_path(const std::string& name) {
-  return (fs::temp_directory_path() / ("amp-test-" + std::to_string(::getpid()) + "-" + name)).string();
-}
-std::string read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-void write_bytes(const std::string& path, const std::string& bytes) { std::ofstream(path, std::ios::binary) << bytes; }
-
-// The amp::Error `f` throws, or "" when it throws none.
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 }  // namespace
 
 TEST_CASE_TEMPLATE("checkpoints: k steps, save, load into a fresh model, N-k steps = N steps straight, bit for bit", P,

@@ -252,15 +252,15 @@ struct AttentionNet {
 };
 
 Vec ref_attention(const Params& p, const Vec& h, const std::string& at) {
-  const Vec qkv = linear(h, 8, p.at(at + ".qkv.weight"), p.at(at + ".qkv.bias"), 24);
-  return linear(causal_attention(qkv, N, T, 8, 2), 8, p.at(at + ".proj.weight"), p.at(at + ".proj.bias"), 8);
+  const Vec qkv = linear(h, 8, p.at(at + ".c_attn.weight"), p.at(at + ".c_attn.bias"), 24);
+  return linear(causal_attention(qkv, N, T, 8, 2), 8, p.at(at + ".c_proj.weight"), p.at(at + ".c_proj.bias"), 8);
 }
 
 Vec ref_block(const Params& p, const Vec& x, const std::string& at) {
-  const Vec a = add(x, ref_attention(p, layernorm(x, 8, p.at(at + ".ln1.weight"), p.at(at + ".ln1.bias"), 1e-5), at + ".attn"));
-  const Vec h = layernorm(a, 8, p.at(at + ".ln2.weight"), p.at(at + ".ln2.bias"), 1e-5);
-  const Vec m = linear(map(linear(h, 8, p.at(at + ".mlp.fc.weight"), p.at(at + ".mlp.fc.bias"), 16), gelu), 16,
-                       p.at(at + ".mlp.proj.weight"), p.at(at + ".mlp.proj.bias"), 8);
+  const Vec a = add(x, ref_attention(p, layernorm(x, 8, p.at(at + ".ln_1.weight"), p.at(at + ".ln_1.bias"), 1e-5), at + ".attn"));
+  const Vec h = layernorm(a, 8, p.at(at + ".ln_2.weight"), p.at(at + ".ln_2.bias"), 1e-5);
+  const Vec m = linear(map(linear(h, 8, p.at(at + ".mlp.c_fc.weight"), p.at(at + ".mlp.c_fc.bias"), 16), gelu), 16,
+                       p.at(at + ".mlp.c_proj.weight"), p.at(at + ".mlp.c_proj.bias"), 8);
   return add(a, m);
 }
 

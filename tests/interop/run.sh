@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# Runs check_pytorch.py in a virtual environment that sees Debian's python3-torch
-# and adds the PyPI safetensors package: VENV is made once and reused.
+# Runs a Python check in a virtual environment that sees Debian's python3-torch and adds PyPI packages: VENV is
+# made once and reused (one per check, so that ctest may run them side by side).
+# usage: run.sh VENV "PACKAGES" SCRIPT ARGS...
 set -euo pipefail
-binary=$1 data=$2 venv=$3
+venv=$1 packages=$2 script=$3
+shift 3
 py=/usr/bin/python3
 if ! "$py" -c "import torch, numpy" 2>/dev/null; then
   echo "[amp-skip] PyTorch interchange: Debian's python3-torch is not installed (scripts/test.sh installs it)"
   exit 0
 fi
-if ! "$venv/bin/python" -c "import safetensors" 2>/dev/null; then
+stamp="$venv/.packages"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$packages" ]; then
   rm -rf "$venv"
   "$py" -m venv --system-site-packages "$venv"
-  if ! "$venv/bin/pip" install -q --disable-pip-version-check safetensors; then
-    echo "[amp-skip] PyTorch interchange: cannot install safetensors from PyPI"
+  # shellcheck disable=SC2086  # the packages are words
+  if ! "$venv/bin/pip" install -q --disable-pip-version-check $packages; then
+    echo "[amp-skip] PyTorch interchange: cannot install $packages from PyPI"
     exit 0
   fi
+  echo "$packages" > "$stamp"
 fi
-exec "$venv/bin/python" "$(dirname "$0")/check_pytorch.py" "$binary" "$data"
+exec "$venv/bin/python" "$(dirname "$0")/$script" "$@"

@@ -147,15 +147,43 @@ inline bool is_counter(const nn::ParamInfo& p) {  // PyTorch keeps this one as i
 }
 }  // namespace detail
 
+// How a file lays tensors out where it differs from amp: 2-D weights stored
+// transposed ([in, out], as transformers' Conv1D), and names that repeat a
+// parameter (a tied head: {"lm_head.weight", "transformer.wte.weight"}),
+// written as copies and, when a file has them, checked equal on import.
+struct TensorLayout {
+  std::vector<std::string> transposed;
+  std::vector<std::pair<std::string, std::string>> aliases;  // file name, the parameter it repeats
+
+  bool is_transposed(const std::string& name) const {
+    return std::find(transposed.begin(), transposed.end(), name) != transposed.end();
+  }
+};
+
+namespace detail {
+// A parameter's shape as the file holds it.
+inline bool stored_transposed(const nn::ParamInfo& p, const TensorLayout& layout) {
+  return p.shape.rank() == 2 && layout.is_transposed(p.name);
+}
+inline Shape file_shape(const nn::ParamInfo& p, const TensorLayout& layout) {
+  return stored_transposed(p, layout) ? Shape{p.shape[1], p.shape[0]} : p.shape;
+}
+inline std::vector<float> transposed(const std::vector<float>& v, std::int64_t rows, std::int64_t cols) {
+  std::vector<float> out(v.size());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) out[static_cast<std::size_t>(c * rows + r)] = v[static_cast<std::size_t>(r * cols + c)];
+  return out;
+}
+}  // namespace detail
+
 // Writes every parameter and buffer of `store` to `path` (atomically), as fp32, fp16 or bf16.
 template <Policy P, Backend B>
-void export_safetensors(const std::string& path, const nn::ParameterStore<P, B>& store, dtype as = dtype::fp32) {
+void export_safetensors(const std::string& path, const nn::ParameterStore<P, B>& store, dtype as = dtype::fp32,
+                        const TensorLayout& layout = {}) {
   AMP_REQUIRE(as == dtype::fp32 || as == dtype::fp16 || as == dtype::bf16,
               "export_safetensors: tensors are written as fp32, fp16 or bf16");
   std::string header = "{\"__metadata__\": {\"format\": \"pt\", \"producer\": \"amp\"}", data;
-  for (const auto& p : store.table()) {
-    const std::vector<float> v = store.get_values(static_cast<int>(&p - store.table().data()));
-    const dtype t = detail::is_counter(p) ? dtype::int64 : p.kind == nn::role::buffer ? dtype::fp32 : as;
+  const auto write = [&](const std::string& name, const Shape& shape, const std::vector<float>& v, dtype t) {
     const std::size_t begin = data.size();
     for (const float x : v) {
       if (t == dtype::int64) {
@@ -168,10 +196,21 @@ void export_safetensors(const std::string& path, const nn::ParameterStore<P, B>&
         data.append(reinterpret_cast<const char*>(&bits), 2);
       }
     }
-    std::string shape;
-    for (int i = 0; i < p.shape.rank(); ++i) shape += (i ? ", " : "") + std::to_string(p.shape[i]);
-    header += ", \"" + p.name + "\": {\"dtype\": \"" + detail::safetensors_dtype(t) + "\", \"shape\": [" + shape +
+    std::string dims;
+    for (int i = 0; i < shape.rank(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
+    header += ", \"" + name + "\": {\"dtype\": \"" + detail::safetensors_dtype(t) + "\", \"shape\": [" + dims +
               "], \"data_offsets\": [" + std::to_string(begin) + ", " + std::to_string(data.size()) + "]}";
+  };
+  const auto& table = store.table();
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    const nn::ParamInfo& p = table[i];
+    std::vector<float> v = store.get_values(static_cast<int>(i));
+    const Shape shape = detail::file_shape(p, layout);
+    if (detail::stored_transposed(p, layout)) v = detail::transposed(v, p.shape[0], p.shape[1]);
+    const dtype t = detail::is_counter(p) ? dtype::int64 : p.kind == nn::role::buffer ? dtype::fp32 : as;
+    write(p.name, shape, v, t);
+    for (const auto& [alias, of] : layout.aliases)
+      if (of == p.name) write(alias, shape, v, t);
   }
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');  // the data starts 8-byte aligned, as safetensors writes it
@@ -181,9 +220,10 @@ void export_safetensors(const std::string& path, const nn::ParameterStore<P, B>&
 }
 
 // Reads a safetensors file into `store`: every parameter and buffer of the
-// store must be there with its shape, and nothing else; a bad file changes nothing.
+// store must be there with its shape (as `layout` lays it out), and nothing
+// else but the layout's aliases; a bad file changes nothing.
 template <Policy P, Backend B>
-void import_safetensors(const std::string& path, nn::ParameterStore<P, B>& store) {
+void import_safetensors(const std::string& path, nn::ParameterStore<P, B>& store, const TensorLayout& layout = {}) {
   std::ifstream f(path, std::ios::binary);
   AMP_REQUIRE(f, "cannot open safetensors file '", path, "'");
   const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -196,44 +236,43 @@ void import_safetensors(const std::string& path, nn::ParameterStore<P, B>& store
   AMP_REQUIRE(header.k == detail::Json::kind::object, "safetensors file '", path, "': the header is not a JSON object");
   const std::string_view data = std::string_view(bytes).substr(8 + length);
 
-  std::vector<std::vector<float>> values(store.table().size());
   std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
-  for (std::size_t i = 0; i < store.table().size(); ++i) {
-    const nn::ParamInfo& p = store.table()[i];
-    const auto it = header.object.find(p.name);
-    AMP_REQUIRE(it != header.object.end(), "safetensors file '", path, "' has no tensor '", p.name, "' (the model's ",
-                p.shape.str(), ")");
+  // The values of tensor `name`, which must have `want`'s shape.
+  const auto read = [&](const std::string& name, const Shape& want, const char* owner) {
+    const auto it = header.object.find(name);
+    AMP_REQUIRE(it != header.object.end(), "safetensors file '", path, "' has no tensor '", name, "' (the ", owner, "'s ",
+                want.str(), ")");
     const detail::Json& t = it->second;
     const auto field = [&](const char* key) -> const detail::Json& {
-      const auto f = t.object.find(key);
-      AMP_REQUIRE(f != t.object.end(), "safetensors file '", path, "': tensor '", p.name, "' has no ", key);
-      return f->second;
+      const auto fd = t.object.find(key);
+      AMP_REQUIRE(fd != t.object.end(), "safetensors file '", path, "': tensor '", name, "' has no ", key);
+      return fd->second;
     };
     const detail::Json &type = field("dtype"), &shape = field("shape"), &offsets = field("data_offsets");
     std::string got = "[";
-    bool same = shape.array.size() == static_cast<std::size_t>(p.shape.rank());
+    bool same = shape.array.size() == static_cast<std::size_t>(want.rank());
     for (std::size_t d = 0; d < shape.array.size(); ++d) {
       if (d) got += 'x';
       got += std::to_string(shape.array[d].number);
-      same = same && shape.array[d].number == p.shape[static_cast<int>(d)];
+      same = same && shape.array[d].number == want[static_cast<int>(d)];
     }
-    AMP_REQUIRE(same, "safetensors file '", path, "': tensor '", p.name, "' has shape ", got, "], the model ",
-                p.shape.str());
+    AMP_REQUIRE(same, "safetensors file '", path, "': tensor '", name, "' has shape ", got, "], the ", owner, " ",
+                want.str());
     const std::string& dt = type.text;
     const std::size_t width = dt == "F32" ? 4 : dt == "F16" || dt == "BF16" ? 2 : dt == "I64" ? 8 : 0;
-    AMP_REQUIRE(width, "safetensors file '", path, "': tensor '", p.name, "' has dtype '", dt,
+    AMP_REQUIRE(width, "safetensors file '", path, "': tensor '", name, "' has dtype '", dt,
                 "'; amp reads F32, F16, BF16 and I64");
+    const auto count = static_cast<std::uint64_t>(want.numel());
     AMP_REQUIRE(offsets.array.size() == 2 && offsets.array[0].number >= 0 &&
                     offsets.array[0].number <= offsets.array[1].number &&
                     static_cast<std::uint64_t>(offsets.array[1].number) <= data.size() &&
-                    static_cast<std::uint64_t>(offsets.array[1].number - offsets.array[0].number) == p.count * width,
-                "safetensors file '", path, "': tensor '", p.name, "' has data offsets outside the file or of the "
+                    static_cast<std::uint64_t>(offsets.array[1].number - offsets.array[0].number) == count * width,
+                "safetensors file '", path, "': tensor '", name, "' has data offsets outside the file or of the "
                 "wrong length");
     ranges.emplace_back(offsets.array[0].number, offsets.array[1].number);
     const char* src = data.data() + offsets.array[0].number;
-    std::vector<float>& v = values[i];
-    v.resize(p.count);
-    for (std::size_t k = 0; k < p.count; ++k) {
+    std::vector<float> v(count);
+    for (std::size_t k = 0; k < count; ++k) {
       if (width == 4) std::memcpy(&v[k], src + 4 * k, 4);
       else if (width == 8) {
         std::int64_t x;
@@ -245,6 +284,21 @@ void import_safetensors(const std::string& path, nn::ParameterStore<P, B>& store
         v[k] = dt == "F16" ? cast<float>(amp::detail::half_from_bits(b)) : cast<float>(amp::detail::bfloat16_from_bits(b));
       }
     }
+    return v;
+  };
+
+  const auto& table = store.table();
+  std::vector<std::vector<float>> values(table.size());
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    const nn::ParamInfo& p = table[i];
+    const Shape shape = detail::file_shape(p, layout);
+    const bool transposed = detail::stored_transposed(p, layout);
+    values[i] = read(p.name, shape, transposed ? "model's, transposed," : "model");
+    for (const auto& [alias, of] : layout.aliases)
+      if (of == p.name && header.object.count(alias))
+        AMP_REQUIRE(read(alias, shape, "model") == values[i], "safetensors file '", path, "': tensor '", alias,
+                    "' differs from '", of, "', which the model ties it to");
+    if (transposed) values[i] = detail::transposed(values[i], shape[0], shape[1]);
   }
   // As the format asks: the tensors cover the data exactly, without holes or overlaps.
   std::sort(ranges.begin(), ranges.end());
@@ -257,7 +311,8 @@ void import_safetensors(const std::string& path, nn::ParameterStore<P, B>& store
               " bytes after its last tensor");
   for (const auto& [name, t] : header.object) {
     if (name == "__metadata__") continue;
-    const bool known = std::any_of(store.table().begin(), store.table().end(), [&](const auto& p) { return p.name == name; });
+    const bool known = std::any_of(table.begin(), table.end(), [&](const auto& p) { return p.name == name; }) ||
+                       std::any_of(layout.aliases.begin(), layout.aliases.end(), [&](const auto& a) { return a.first == name; });
     AMP_REQUIRE(known, "safetensors file '", path, "' has tensor '", name, "', which the model does not have");
   }
   for (std::size_t i = 0; i < values.size(); ++i) store.set_values(static_cast<int>(i), values[i]);

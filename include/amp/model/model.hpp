@@ -126,6 +126,19 @@ class Model {
     return forward_inputs(std::index_sequence_for<X...>{}, detail::input_view(x)...);
   }
 
+  // An evaluation forward through another entry of the net, f(graph, net,
+  // ids) for int32 ids of any shape: paths whose inputs the plan does not fix,
+  // such as generation from a key/value cache (nn/generate.hpp).
+  template <class F>
+  auto infer(Context<B>& ctx, TensorView<const std::int32_t> ids, F&& f) {
+    AMP_REQUIRE(&ctx == ctx_, "Model::infer: a context other than the model's");
+    AMP_REQUIRE(!graph_.training(), "Model::infer: evaluation mode only (call eval() first)");
+    graph_.begin_forward();
+    Var<std::int32_t> v = graph_.template tensor<std::int32_t>(ids.shape, false);
+    ctx_->copy(v.data, ids.data, v.size() * sizeof(std::int32_t));
+    return wrap(std::forward<F>(f)(graph_, net_, v));
+  }
+
   ParameterStore<P, B>& parameters() { return store_; }
   const ParameterStore<P, B>& parameters() const { return store_; }
   Graph<P, B>& graph() { return graph_; }

@@ -39,15 +39,19 @@ struct HeadLayout {
   }
 };
 
-// Per-head row q = the block of the rows layout it maps to.
+// Per-head row q = the block of the rows layout it maps to. With to_time > 0
+// the per-head side holds to_time rows per head and q goes to row to_start + t
+// of its head (a key/value cache).
 template <class From, class To>
 struct ToHeadsOp {
   const From* from;
   To* to;
   HeadLayout l;
-  AMP_HOST_DEVICE void operator()(std::size_t q) const {
-    const From* src = from + l.rows_offset(static_cast<std::int64_t>(q));
-    To* dst = to + static_cast<std::int64_t>(q) * l.dim;
+  std::int64_t to_time = 0, to_start = 0;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+    const auto q = static_cast<std::int64_t>(i);
+    const From* src = from + l.rows_offset(q);
+    To* dst = to + (to_time > 0 ? (q / l.time) * to_time + to_start + q % l.time : q) * l.dim;
     for (std::int64_t d = 0; d < l.dim; ++d) dst[d] = cast<To>(cast<float>(src[d]));
   }
 };
@@ -86,6 +90,8 @@ struct AttentionDropout {
 
 // One row of scores (query t of one head): the causal softmax in C, rounded
 // once into P; Pd = dropout(P). Entries after t are 0. A row op (backend/rows.hpp).
+// Rows hold `keys` scores; query i of `time` sits at position offset + i (a
+// key/value cache's queries follow the cached positions; training: keys = time, offset 0).
 template <class C, class S, class G>
 struct CausalSoftmaxOp {
   const S* scores;
@@ -94,19 +100,20 @@ struct CausalSoftmaxOp {
   std::int64_t time;
   RandomStream stream;  // unread without dropout
   float p, keep_scale;
+  std::int64_t keys = time, offset = 0;
   template <class Lanes>
   AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
     const auto row = static_cast<std::int64_t>(r);
-    const std::int64_t t = row % time;
+    const std::int64_t t = offset + row % time;
     const std::uint64_t key = p > 0.0f ? stream.key() : 0;
-    const S* s = scores + row * time;
+    const S* s = scores + row * keys;
     const float max = lanes.max(t + 1, [&](std::int64_t j) { return cast<float>(s[j]); });
     const float sum =
         lanes.sum(t + 1, [&](std::int64_t j) { return round_to<C>(amp::detail::exp_poly(cast<float>(s[j]) - max)); });
     const float inv = 1.0f / sum;
-    G* out = probs + row * time;
-    G* out_dropped = dropped + row * time;
-    lanes.each(time, [&](std::int64_t j) {
+    G* out = probs + row * keys;
+    G* out_dropped = dropped + row * keys;
+    lanes.each(keys, [&](std::int64_t j) {
       const float v = j <= t ? round_to<C>(round_to<C>(amp::detail::exp_poly(cast<float>(s[j]) - max)) * inv) : 0.0f;
       out[j] = cast<G>(v);
       if (dropped != probs)
@@ -143,6 +150,14 @@ struct CausalSoftmaxGradOp {
 };
 }  // namespace detail
 
+// One layer's key/value cache: keys and values [batch, heads, capacity, dim].
+template <class G>
+struct KVCacheView {
+  G* keys = nullptr;
+  G* values = nullptr;
+  std::int64_t capacity = 0;
+};
+
 // Which kernel computes the heads: fused where the backend has one (else materialised), or materialised.
 enum class attention_kernel { fused, materialized };
 
@@ -168,9 +183,9 @@ class CausalSelfAttention {
 
   CausalSelfAttention(Builder<P, B> b, const Config& cfg)
       : name_(b.prefix()),
-        qkv_(b.child("qkv"), {.in_features = cfg.features, .out_features = 3 * cfg.features, .bias = cfg.bias,
+        qkv_(b.child("c_attn"), {.in_features = cfg.features, .out_features = 3 * cfg.features, .bias = cfg.bias,
                               .init = cfg.init}),
-        proj_(b.child("proj"), {.in_features = cfg.features, .out_features = cfg.features, .bias = cfg.bias,
+        proj_(b.child("c_proj"), {.in_features = cfg.features, .out_features = cfg.features, .bias = cfg.bias,
                                 .init = cfg.init}) {
     AMP_REQUIRE(cfg.heads > 0 && cfg.features > 0 && cfg.features % cfg.heads == 0, "CausalSelfAttention '", name_,
                 "': features (", cfg.features, ") must be a positive multiple of heads (", cfg.heads, ")");
@@ -186,6 +201,18 @@ class CausalSelfAttention {
     AMP_REQUIRE(x.shape.rank() == 3 && x.shape[2] == s_.features, "CausalSelfAttention '", name_, "' (", s_.features,
                 " features): input ", x.shape.str(), " is not [batch x time x ", s_.features, "]");
     return proj_(g, attend(g, s_, qkv_(g, x)));
+  }
+
+  // Inference with a key/value cache: x [batch, n, features] holds positions
+  // start .. start + n - 1 of sequences whose earlier keys and values are in
+  // `cache`; this call's are written there too. Evaluation mode (no backward).
+  Var<T> operator()(Graph<P, B>& g, Var<T> x, const KVCacheView<G>& cache, std::int64_t start) const {
+    g.require_current(x, "CausalSelfAttention '", name_, "'");
+    AMP_REQUIRE(!g.training(), "CausalSelfAttention '", name_, "': a key/value cache is for evaluation mode");
+    AMP_REQUIRE(x.shape.rank() == 3 && x.shape[2] == s_.features && start >= 0 && start + x.shape[1] <= cache.capacity,
+                "CausalSelfAttention '", name_, "': input ", x.shape.str(), " at position ", start,
+                " does not fit a cache of ", cache.capacity, " positions x ", s_.features, " features");
+    return proj_(g, attend_cached(g, s_, qkv_(g, x), cache, start));
   }
 
  private:
@@ -259,6 +286,36 @@ class CausalSelfAttention {
       for_each(ctx, d.head_rows, detail::FromHeadsOp<T, T>{heads_out, y.data, d.merged(s), false}, dim);
     }
     g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, qkv, y, sv); });
+    return y;
+  }
+
+  // The materialised path over the cache: per head, S = Q K[0, keys)^T is n x keys.
+  static Var<T> attend_cached(Graph<P, B>& g, const Spec& s, Var<T> qkv, const KVCacheView<G>& c, std::int64_t start) {
+    auto& ctx = g.context();
+    const Dims d(s, qkv.shape);
+    const auto dim = static_cast<std::size_t>(s.dim);
+    const std::int64_t n = d.time, keys = start + n;
+    Var<T> y = g.template tensor<T>(Shape{d.batch, n, s.features}, false);
+    Temporaries<P, B> temp(g);
+    G* q = g.template scratch<G>(d.per_head);
+    for_each(ctx, d.head_rows, detail::ToHeadsOp<T, G>{qkv.data, q, d.qkv_part(s, 0)}, dim);
+    for (int part = 1; part < 3; ++part)
+      for_each(ctx, d.head_rows,
+               detail::ToHeadsOp<T, G>{qkv.data, part == 1 ? c.keys : c.values, d.qkv_part(s, part), c.capacity, start},
+               dim);
+    const auto scores = static_cast<std::size_t>(d.n * n * keys);
+    S* sc = g.template scratch<S>(scores);
+    gemm_batched(ctx, Matrix<const G>(q, n, s.dim, s.dim), transpose::no, Matrix<const G>(c.keys, keys, s.dim, s.dim),
+                 transpose::yes, Matrix<S>(sc, n, keys, keys), GemmBatch{d.n, n * s.dim, c.capacity * s.dim, n * keys},
+                 1.0f / std::sqrt(static_cast<float>(s.dim)));
+    G* probs = g.template scratch<G>(scores);
+    for_each_row(ctx, d.head_rows, keys,
+                 detail::CausalSoftmaxOp<C, S, G>{sc, probs, probs, n, {}, 0.0f, 1.0f, keys, start});
+    T* heads_out = g.template scratch<T>(d.per_head);
+    gemm_batched(ctx, Matrix<const G>(probs, n, keys, keys), transpose::no, Matrix<const G>(c.values, keys, s.dim, s.dim),
+                 transpose::no, Matrix<T>(heads_out, n, s.dim, s.dim),
+                 GemmBatch{d.n, n * keys, c.capacity * s.dim, n * s.dim});
+    for_each(ctx, d.head_rows, detail::FromHeadsOp<T, T>{heads_out, y.data, d.merged(s), false}, dim);
     return y;
   }
 

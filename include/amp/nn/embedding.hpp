@@ -20,7 +20,7 @@
 namespace amp::nn {
 
 namespace detail {
-// y[r, c] = table[id[r], c] + positions[r % time, c].
+// y[r, c] = table[id[r], c] + positions[offset + r % time, c].
 template <class W, class T>
 struct EmbedOp {
   const std::int32_t* ids;
@@ -28,11 +28,12 @@ struct EmbedOp {
   const W* positions;  // nullptr: none
   std::int64_t vocab, features, time;
   T* y;
+  std::int64_t offset = 0;  // the position of the first id (generation continues a sequence)
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
     const std::int64_t r = static_cast<std::int64_t>(i) / features, c = static_cast<std::int64_t>(i) % features;
     const std::int32_t id = ids[r];
     float v = id >= 0 && id < vocab ? cast<float>(table[id * features + c]) : 0.0f;
-    if (positions) v += cast<float>(positions[(r % time) * features + c]);
+    if (positions) v += cast<float>(positions[(offset + r % time) * features + c]);
     y[i] = cast<T>(v);
   }
 };
@@ -91,20 +92,18 @@ class Embedding {
     float init_std = 0.02f;          // normal(0, init_std), as GPT-2
   };
 
-  Embedding(Builder<P, B> b, const Config& cfg) : name_(b.prefix()) {
-    AMP_REQUIRE(cfg.vocab > 0 && cfg.features > 0 && cfg.max_positions >= 0 && cfg.init_std >= 0, "Embedding '",
-                name_, "': need vocab > 0, features > 0, max_positions >= 0 and init_std >= 0");
-    s_.vocab = cfg.vocab, s_.features = cfg.features, s_.max_positions = cfg.max_positions;
-    s_.table = b.template param<role::weight>("weight", {cfg.vocab, cfg.features}, Init::normal(cfg.init_std));
-    if (cfg.max_positions > 0)
-      s_.positions = b.template param<role::weight>("positions", {cfg.max_positions, cfg.features},
-                                                    Init::normal(cfg.init_std));
-  }
+  // The tables are "<prefix>weight" and "<prefix>positions".
+  Embedding(Builder<P, B> b, const Config& cfg) : Embedding(b, b, "positions", cfg) {}
+  // The position table a module of its own: "<positions' prefix>weight" (GPT-2's wte and wpe).
+  Embedding(Builder<P, B> tokens, Builder<P, B> positions, const Config& cfg)
+      : Embedding(tokens, positions, "weight", cfg) {}
 
-  // ids [batch, time] -> [batch, time, features].
-  Var<T> operator()(Graph<P, B>& g, Var<std::int32_t> ids) const {
-    AMP_REQUIRE(ids.shape.rank() == 2 && (s_.max_positions == 0 || ids.shape[1] <= s_.max_positions), "Embedding '",
-                name_, "': ids ", ids.shape.str(), " are not [batch x time] with time <= ", s_.max_positions);
+  // ids [batch, time] -> [batch, time, features]; with positions, the ids
+  // sit at positions start .. start + time - 1 (generation continues a sequence).
+  Var<T> operator()(Graph<P, B>& g, Var<std::int32_t> ids, std::int64_t start = 0) const {
+    AMP_REQUIRE(ids.shape.rank() == 2 && start >= 0 && (s_.max_positions == 0 || start + ids.shape[1] <= s_.max_positions),
+                "Embedding '", name_, "': ids ", ids.shape.str(), " from position ", start,
+                " are not [batch x time] within ", s_.max_positions, " positions");
     if constexpr (std::is_same_v<B, host>) {
       if (!g.planning())
         for (std::size_t i = 0; i < ids.size(); ++i)
@@ -112,7 +111,7 @@ class Embedding {
                       " at position ", i, " is outside [0, ", s_.vocab, ")");
     }
     g.params().visit_layer(s_.table.index);
-    return forward(g, s_, ids);
+    return forward(g, s_, ids, start);
   }
 
   // The tied output projection: h [.., features] -> logits [.., vocab] = h W^T.
@@ -127,18 +126,29 @@ class Embedding {
   Param<role::weight> weight() const { return s_.table; }
 
  private:
+  Embedding(Builder<P, B> b, Builder<P, B> pb, const char* positions_name, const Config& cfg) : name_(b.prefix()) {
+    AMP_REQUIRE(cfg.vocab > 0 && cfg.features > 0 && cfg.max_positions >= 0 && cfg.init_std >= 0, "Embedding '",
+                name_, "': need vocab > 0, features > 0, max_positions >= 0 and init_std >= 0");
+    s_.vocab = cfg.vocab, s_.features = cfg.features, s_.max_positions = cfg.max_positions;
+    s_.table = b.template param<role::weight>("weight", {cfg.vocab, cfg.features}, Init::normal(cfg.init_std));
+    if (cfg.max_positions > 0)
+      s_.positions = pb.template param<role::weight>(positions_name, {cfg.max_positions, cfg.features},
+                                                     Init::normal(cfg.init_std));
+  }
+
   struct Spec {
     std::int64_t vocab = 0, features = 0, max_positions = 0;
     Param<role::weight> table, positions;
   };
 
-  static Var<T> forward(Graph<P, B>& g, const Spec& s, Var<std::int32_t> ids) {
+  static Var<T> forward(Graph<P, B>& g, const Spec& s, Var<std::int32_t> ids, std::int64_t start) {
     const std::int64_t batch = ids.shape[0], time = ids.shape[1];
     Var<T> y = g.template tensor<T>(Shape{batch, time, s.features});
     auto& params = g.params();
     const W* positions = s.max_positions > 0 ? params.values(s.positions).data : nullptr;
     for_each(g.context(), y.size(),
-             detail::EmbedOp<W, T>{ids.data, params.values(s.table).data, positions, s.vocab, s.features, time, y.data});
+             detail::EmbedOp<W, T>{ids.data, params.values(s.table).data, positions, s.vocab, s.features, time, y.data,
+                                   start});
     g.on_backward([=](Graph<P, B>& gb) {
       const T* dy = gb.grad(y);
       if (!dy) return;
@@ -153,7 +163,8 @@ class Embedding {
                detail::EmbedGradOp<T, GW>{groups, dy, s.vocab, s.features, ps.backward_grads(s.table).data});
       if (s.max_positions > 0)
         for_each(ctx, static_cast<std::size_t>(time * s.features),
-                 detail::PositionGradOp<T, GW>{dy, batch, time, s.features, ps.backward_grads(s.positions).data},
+                 detail::PositionGradOp<T, GW>{dy, batch, time, s.features,
+                                               ps.backward_grads(s.positions).data + start * s.features},
                  static_cast<std::size_t>(batch));
     });
     return y;

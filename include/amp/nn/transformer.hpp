@@ -1,5 +1,5 @@
 #pragma once
-// The pre-LN transformer block (GPT-2's): x + attention(LN(x)), then
+// The pre-LN transformer block (GPT-2's, its parameters named as transformers' GPT2Block): x + attention(LN(x)), then
 // x + MLP(LN(x)) with MLP = Linear(4x, GELU fused) -> Linear. LayerNorm in
 // compute_type<op::norm> with norm_param_type parameters (fp32 under O2), the
 // GEMMs in the policy's GEMM type, the residual adds in the pointwise type.
@@ -29,13 +29,13 @@ class TransformerBlock {
   };
 
   TransformerBlock(Builder<P, B> b, const Config& cfg)
-      : ln1_(b.child("ln1"), {.features = cfg.features}),
+      : ln1_(b.child("ln_1"), {.features = cfg.features}),
         attn_(b.child("attn"), {.features = cfg.features, .heads = cfg.heads, .dropout = cfg.attention_dropout,
                                 .init = cfg.init, .kernel = cfg.attention}),
-        ln2_(b.child("ln2"), {.features = cfg.features}),
-        fc_(b.child("mlp.fc"), {.in_features = cfg.features, .out_features = cfg.mlp_ratio * cfg.features,
+        ln2_(b.child("ln_2"), {.features = cfg.features}),
+        fc_(b.child("mlp.c_fc"), {.in_features = cfg.features, .out_features = cfg.mlp_ratio * cfg.features,
                                 .act = activation::gelu, .init = cfg.init}),
-        proj_(b.child("mlp.proj"), {.in_features = cfg.mlp_ratio * cfg.features, .out_features = cfg.features,
+        proj_(b.child("mlp.c_proj"), {.in_features = cfg.mlp_ratio * cfg.features, .out_features = cfg.features,
                                     .init = cfg.init}),
         residual_dropout_(cfg.residual_dropout) {
     AMP_REQUIRE(cfg.mlp_ratio > 0 && cfg.residual_dropout >= 0.0f && cfg.residual_dropout < 1.0f, "TransformerBlock '",
@@ -46,6 +46,13 @@ class TransformerBlock {
   Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
     x = add(g, x, branch(g, attn_(g, ln1_(g, x))));
     return add(g, x, branch(g, proj_(g, fc_(g, ln2_(g, x)))));
+  }
+
+  // Inference with a key/value cache (CausalSelfAttention): x holds positions start .. start + n - 1.
+  using cache_type = typename CausalSelfAttention<P, B>::G;
+  Var<T> operator()(Graph<P, B>& g, Var<T> x, const KVCacheView<cache_type>& cache, std::int64_t start) const {
+    x = add(g, x, attn_(g, ln1_(g, x), cache, start));
+    return add(g, x, proj_(g, fc_(g, ln2_(g, x))));
   }
 
  private:
