@@ -9,19 +9,9 @@
 # Usage: bench/fp8_gpt.sh [rounds (3)] [char_lm flags, e.g. --device cuda --width 768 --layers 12 --heads 12]
 #   CHAR_LM: the char_lm binary (default: the build's); AMP_DATA: the fortunes folder.
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${1:-3}
 shift || true
-if [ -z "${CHAR_LM:-}" ]; then
-  source "$root/scripts/env.sh"
-  "$root/scripts/setup.sh"
-  cmake --build "$AMP_BUILD" -j "$AMP_JOBS" --target char_lm >/dev/null
-  CHAR_LM=$AMP_BUILD/examples/char_lm
-fi
-out=${BENCH_OUT:-$root/out}
-mkdir -p "$out"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
+source "$(dirname "$0")/char_lm_env.sh"
 defaults=(--width 256 --layers 4 --heads 4 --context 128 --batch-size 16 --steps 20 --warmup 5 --eval-interval 20
           --eval-batches 2 --sample 0)
 for r in $(seq 1 "$rounds"); do
@@ -31,8 +21,6 @@ for r in $(seq 1 "$rounds"); do
       --json "$dir/$level.$r.json" >"$dir/$level.$r.log" 2>&1 || { tail -5 "$dir/$level.$r.log" >&2; exit 1; }
   done
 done
-py=/usr/bin/python3  # Debian's, with matplotlib; elsewhere (the GPU machine) whatever python3 there is
-[ -x "$py" ] || py=python3
 "$py" - "$dir" "$out/fp8_gpt" "$rounds" "$*" <<'PY'
 import csv, glob, json, os, statistics, sys
 work, out, rounds, flags = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]

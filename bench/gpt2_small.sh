@@ -9,23 +9,11 @@
 #   CHAR_LM: the char_lm binary (default: the build's); AMP_DATA: the fortunes folder;
 #   GPT2_BUILD_LEVELS: the levels of the one-step builds (default: all seven; "" for none).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
 steps=${1:-4} level=${2:-O2-bf16} batch=${3:-1}
 shift $(($# < 3 ? $# : 3))
 peak=0
 if [ "${1:-}" = "--peak" ]; then peak=$2; shift 2; fi
-if [ -z "${CHAR_LM:-}" ]; then
-  source "$root/scripts/env.sh"
-  "$root/scripts/setup.sh"
-  cmake --build "$AMP_BUILD" -j "$AMP_JOBS" --target char_lm >/dev/null
-  CHAR_LM=$AMP_BUILD/examples/char_lm
-fi
-out=${BENCH_OUT:-$root/out}
-mkdir -p "$out"
-dir=$(mktemp -d)
-trap 'rm -rf "$dir"' EXIT
-py=/usr/bin/python3  # Debian's, with matplotlib; elsewhere (the GPU machine) whatever python3 there is
-[ -x "$py" ] || py=python3
+source "$(dirname "$0")/char_lm_env.sh"
 "$py" "$root/scripts/tokenize.py" "$dir/fortunes" "${AMP_DATA:-/usr/share/games/fortunes}" >/dev/null
 gpt2=(--train-tokens "$dir/fortunes_train.bin" --val-tokens "$dir/fortunes_val.bin" --vocab-size 50257 --layers 12
       --width 768 --heads 12 --warmup 1 --eval-batches 1 --sample 0)

@@ -1,10 +1,10 @@
-// Fuzzing amp's readers (IDX data, checkpoints, safetensors) with a fixed
+// Fuzzing amp's readers (IDX data, checkpoints, safetensors, token files) with a fixed
 // seed: thousands of bit flips, truncations and extensions of small valid
 // files. Every case must read back exactly the original content or throw
 // amp::Error, and no case may allocate more than a bound (operator new is
 // counted here: a size field is never trusted before it is checked) or crash
 // (the sanitizer build runs this too). Formats without a checksum (raw IDX,
-// safetensors) get their flips in the header only.
+// safetensors, token files) get their flips in the header only.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
@@ -21,6 +21,7 @@
 
 #include "amp/amp.hpp"
 #include "amp/data/idx.hpp"
+#include "amp/data/tokens.hpp"
 #include "amp/io/checkpoint.hpp"
 #include "amp/io/safetensors.hpp"
 
@@ -207,5 +208,19 @@ TEST_CASE("fuzz: damaged safetensors headers import exactly or are refused and c
   });
   MESSAGE("safetensors (", base.size(), " bytes, header ", header, "): ", o.same, " imported exactly, ", o.refused,
           " refused");
+  CHECK(o.refused > 2000);
+}
+
+TEST_CASE("fuzz: damaged llm.c token files read exactly or are refused") {
+  const std::string good = (fs::temp_directory_path() / ("amp-fuzz-tokens-" + std::to_string(::getpid()))).string();
+  std::vector<std::int32_t> ids(3000);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7919) % 50257);
+  amp::data::write_tokens(good, ids);
+  const auto base = bytes_of(good);
+  std::remove(good.c_str());
+  // Flips in the header's three fields (magic, version, count); the ids have no checksum.
+  const Outcome o = fuzz(base, 3000, 12, 15, 4 * base.size() + (64 << 10),
+                         [&](const std::string& path) { return amp::data::read_tokens(path, 50257) == ids; });
+  MESSAGE("token file (", base.size(), " bytes): ", o.same, " read exactly, ", o.refused, " refused");
   CHECK(o.refused > 2000);
 }
