@@ -11,7 +11,9 @@
 // compute_type<op::softmax> (fp32 under O1/O2), the softmax applies the causal
 // mask and the dropout in one pass in that type and rounds P once into the
 // GEMM type; P (and dropout(P)) are T x T per head, kept for backward.
-// Both draw the same dropout bits.
+// Both draw the same dropout bits. Generation (nn/generate.hpp) continues
+// sequences from a key/value cache: the materialised path over the cached
+// keys, n x (start + n) scores per head, no backward.
 #include <cmath>
 #include <string>
 #include <type_traits>
