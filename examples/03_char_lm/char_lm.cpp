@@ -299,7 +299,14 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
   auto start = Clock::now();
   double interval = 0;  // training seconds since the last evaluation
   for (std::int64_t step = first; step < s.steps; ++step) {
-    if (examples::interrupted()) return r;
+    if (examples::interrupted()) {  // between steps: a checkpoint of the steps done, if asked for
+      if (!s.save.empty() && step > first) {
+        amp::io::save(s.save, model, opt, checkpoint_extras(s, c, step));
+        std::printf("\ninterrupted: saved %s at step %lld (--resume continues from it)\n", s.save.c_str(),
+                    static_cast<long long>(step));
+      }
+      return r;
+    }
     loop.step(ctx, [&] {
       fill_batch(s, c.train, step, true, stage_ids.next().data, stage_targets.next().data);
       stage_ids.upload(ids.span(), tokens);

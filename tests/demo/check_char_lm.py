@@ -9,6 +9,8 @@ import csv
 import json
 import math
 import os
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -130,6 +132,21 @@ with tempfile.TemporaryDirectory() as tmp:
     assert r.returncode == 2 and "is at step 16: nothing left to train for --steps 8" in r.stderr, r.stderr
     r = run(*[a if a != "64" else "128" for a in small], "--steps", "16", "--resume", ckpt)
     assert r.returncode == 2 and "holds another model than vocab" in r.stderr, r.stderr
+
+    # SIGINT with --save: a checkpoint of the steps done, then the exit by the signal; it resumes.
+    stopped = os.path.join(tmp, "stopped.ckpt")
+    proc = subprocess.Popen([binary, "--device", "cpu", *small, "--steps", "100000", "--save", stopped],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if "val loss" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGINT and "interrupted: saved" in out, (proc.returncode, out[-300:], err)
+    at = int(re.search(r"at step (\d+)", out).group(1))
+    r = run(*small, "--steps", str(at + 2), "--resume", stopped, "--csv", csv_path)
+    assert r.returncode == 0, r.stderr
+    assert [row["step"] for row in csv.DictReader(open(csv_path))] == [str(at + 1), str(at + 2)]
 
     # Generation from the step-16 checkpoint: 80 characters (past the context of 32: the window restarts), with
     # and without the cache, and from the exported weights (transformers' layout, the fp32 masters): one text.
