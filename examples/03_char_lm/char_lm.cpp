@@ -234,9 +234,10 @@ std::int64_t check_extras(const amp::io::Archive& a, const Settings& s, const Co
   };
   const auto ours = checkpoint_extras(s, c, 0);
   const auto& m = s.model;
+  const auto model = values("char_lm.model");
   std::string theirs;
-  for (const auto v : values("char_lm.model")) theirs += (theirs.empty() ? "" : ", ") + std::to_string(v);
-  AMP_REQUIRE(values("char_lm.model") == ours.find("char_lm.model")->values<std::int64_t>(), "checkpoint '", s.resume,
+  for (const auto v : model) theirs += (theirs.empty() ? "" : ", ") + std::to_string(v);
+  AMP_REQUIRE(model == ours.find("char_lm.model")->values<std::int64_t>(), "checkpoint '", s.resume,
               "' holds another model than vocab ", m.vocab_size, ", --context ", m.n_positions, ", --layers ", m.n_layer,
               ", --heads ", m.n_head, ", --width ", m.n_embd, " (its: vocab, context, layers, heads, width = ",
               theirs, ")");
@@ -245,11 +246,6 @@ std::int64_t check_extras(const amp::io::Archive& a, const Settings& s, const Co
   const auto step = values("char_lm.step");
   AMP_REQUIRE(step.size() == 1 && step[0] >= 0, "checkpoint '", s.resume, "': bad char_lm.step");
   return step[0];
-}
-
-template <class Net>
-amp::io::TensorLayout hf_layout(const Net& net) {
-  return {net.hf_transposed(), net.hf_aliases()};
 }
 
 template <amp::Policy P, amp::Backend B>
@@ -263,7 +259,7 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
                                .groups = {{.select = amp::optim::select::no_decay, .lr = {}, .weight_decay = 0.0f}}});
   opt.set_schedule(amp::optim::LinearWarmup<amp::optim::CosineLR>{
       s.warmup, {s.lr, std::max<std::int64_t>(1, s.steps - s.warmup), s.min_lr}});
-  if (!s.import_from.empty()) amp::io::import_safetensors(s.import_from, model.parameters(), hf_layout(model.net()));
+  if (!s.import_from.empty()) amp::io::import_safetensors(s.import_from, model.parameters(), amp::io::hf_layout(model.net()));
   if (!s.resume.empty()) {
     r.first_step = check_extras(amp::io::Archive::read(s.resume), s, c);
     amp::io::load(s.resume, model, opt);
@@ -364,7 +360,7 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
   r.peak_total = ctx.memory().peak_total();
   r.fp8 = examples::fp8_summary(model.parameters());
   if (!s.export_to.empty())
-    amp::io::export_safetensors(s.export_to, model.parameters(), amp::io::dtype::fp32, hf_layout(model.net()));
+    amp::io::export_safetensors(s.export_to, model.parameters(), amp::io::dtype::fp32, amp::io::hf_layout(model.net()));
   if (s.sample > 0) r.sample = sample_text(model, s, c, s.sample, false);
   r.finished = true;
   return r;
@@ -570,6 +566,7 @@ int main(int argc, char** argv) try {
   const Corpus corpus = train_tokens.empty() ? read_corpus(s.data)
                                              : read_token_files(train_tokens, val_tokens, args.integer("vocab-size", 1, 65536));
   s.model.vocab_size = corpus.vocab;
+  if (!s.prompt.empty()) corpus.encode(s.prompt);  // a bad --prompt is refused now, not after training
   const char* unit = corpus.chars.empty() ? "tokens" : "characters";
   for (const auto* part : {&corpus.train, &corpus.val})
     AMP_REQUIRE(static_cast<std::int64_t>(part->size()) > (part == &corpus.val ? s.eval_batches * s.batch : 1) +

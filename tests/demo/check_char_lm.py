@@ -45,7 +45,9 @@ with tempfile.TemporaryDirectory() as tmp:
                           (["--train-tokens", "x.bin"], "--train-tokens and --val-tokens come together"),
                           (["--train-tokens", "/nonexistent", "--val-tokens", "v"], "cannot open token file "
                                                                                     "'/nonexistent'"),
-                          (["--opt-level", "O0", "--resume", "/nonexistent"], "/nonexistent")):
+                          (["--opt-level", "O0", "--resume", "/nonexistent"], "/nonexistent"),
+                          (["--prompt", "\x01"], "--prompt: byte 1 at position 0 is not in the vocabulary of the "
+                                                  "training text")):
         r = run(*args, "--json", json_path)
         assert r.returncode == 2 and message in r.stderr, (args, r.returncode, r.stderr)
         assert not os.path.exists(json_path), args

@@ -139,7 +139,7 @@ TEST_CASE("sample_token: temperature 0 and top-k 1 take the most likely; draws f
 TEST_CASE("GPT2 weights in transformers' layout: Conv1D weights transposed (square ones too), the tied head repeated") {
   Context<host> ctx;
   Gpt2<O0Policy> a(ctx, {.max_batch = 1, .seed = 1}, kConfig), b(ctx, {.max_batch = 1, .seed = 2}, kConfig);
-  const io::TensorLayout hf{a.net().hf_transposed(), a.net().hf_aliases()};
+  const io::TensorLayout hf = io::hf_layout(a.net());
   CHECK(hf.transposed.size() == 8);  // c_attn, c_proj (square), c_fc, mlp.c_proj per block
   const std::string path = temp_path("gpt2.safetensors");
   io::export_safetensors(path, a.parameters(), io::dtype::fp32, hf);

@@ -36,7 +36,7 @@ void run(const Job& j) {
   amp::Context<host> ctx;
   nn::Model<P, host, nn::GPT2<P, host>> model(
       ctx, {.max_batch = j.batch, .seed = 1, .inputs = {nn::indices(amp::Shape{j.time})}}, j.config);
-  const amp::io::TensorLayout hf{model.net().hf_transposed(), model.net().hf_aliases()};
+  const amp::io::TensorLayout hf = amp::io::hf_layout(model.net());
   amp::io::import_safetensors(j.weights, model.parameters(), hf);
   amp::optim::AdamW<P, host> opt(model.parameters(),
                                  {.lr = 1e-3f, .weight_decay = 0.1f,

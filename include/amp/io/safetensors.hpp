@@ -160,6 +160,12 @@ struct TensorLayout {
   }
 };
 
+// The layout a net declares for transformers' files (nn::GPT2: hf_transposed(), hf_aliases()).
+template <class Net>
+TensorLayout hf_layout(const Net& net) {
+  return {net.hf_transposed(), net.hf_aliases()};
+}
+
 namespace detail {
 // A parameter's shape as the file holds it.
 inline bool stored_transposed(const nn::ParamInfo& p, const TensorLayout& layout) {

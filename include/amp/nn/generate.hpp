@@ -62,7 +62,11 @@ std::vector<std::int32_t> generate(Model<P, B, Net>& model, const std::vector<st
     AMP_REQUIRE(prompt[i] >= 0 && prompt[i] < c.vocab_size, "generate: prompt token ", prompt[i], " at position ", i,
                 " is outside the vocabulary [0, ", c.vocab_size, ")");
   auto& ctx = model.context();
-  const bool was_training = model.training();
+  struct Restore {  // the mode the model had, also when a step throws
+    Model<P, B, Net>& m;
+    bool training;
+    ~Restore() { m.train(training); }
+  } restore{model, model.training()};
   model.eval();
   std::optional<KVCache<P, B>> cache;
   if (s.cache) cache.emplace(ctx, c, 1);
@@ -94,7 +98,6 @@ std::vector<std::int32_t> generate(Model<P, B, Net>& model, const std::vector<st
     out.push_back(token);
     if (on_token) on_token(token);
   }
-  model.train(was_training);
   return out;
 }
 
