@@ -413,6 +413,7 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
       .field("layers", static_cast<long long>(s.model.n_layer)).field("heads", static_cast<long long>(s.model.n_head))
       .field("width", static_cast<long long>(s.model.n_embd)).field("dropout", s.model.dropout)
       .field("attention", s.attention_ran).field("loss", s.fused_loss ? "fused" : "plain")
+      .field("checkpoint_blocks", s.model.checkpoint_blocks)
       .field("batch_size", static_cast<long long>(s.batch)).field("steps", static_cast<long long>(s.steps))
       .field("lr", s.lr).field("min_lr", s.min_lr).field("warmup", static_cast<long long>(s.warmup))
       .field("weight_decay", s.weight_decay).field("clip", s.clip)
@@ -479,6 +480,8 @@ int main(int argc, char** argv) try {
       .flag("width", "128", "model width (a multiple of --heads)", "N")
       .flag("dropout", "0", "dropout on attention probabilities and residual branches", "P")
       .flag("attention", "fused", "fused (O(T) memory, where the device has the kernel) | materialized (T x T)", "KERNEL")
+      .toggle("checkpoint-blocks", false, "activation checkpointing: keep each block's input only and recompute its "
+              "forward in backward (the same gradients, less memory, one more forward)")
       .flag("loss", "fused", "fused (the gradient written over the logits in the loss's pass) | plain", "KIND")
       .flag("lr", "0.003", "peak learning rate (AdamW)", "X")
       .flag("min-lr", "0.0003", "learning rate at the end of the cosine decay", "X")
@@ -519,6 +522,7 @@ int main(int argc, char** argv) try {
   AMP_REQUIRE(attention == "fused" || attention == "materialized", "--attention must be fused or materialized, not '",
               attention, "'");
   s.model.attention = attention == "fused" ? nn::attention_kernel::fused : nn::attention_kernel::materialized;
+  s.model.checkpoint_blocks = args.on("checkpoint-blocks");
   const std::string loss = args.str("loss");
   AMP_REQUIRE(loss == "fused" || loss == "plain", "--loss must be fused or plain, not '", loss, "'");
   s.fused_loss = loss == "fused";

@@ -249,13 +249,14 @@ TEST_CASE("cuda: initialisation and dropout masks give the same bits as on the h
 }
 
 namespace {
-// A one-block GPT: token and position embeddings, causal attention, the GELU MLP, the tied projection.
-template <class P, class B>
+// A one-block GPT: token and position embeddings, causal attention, the GELU
+// MLP, the final norm (LayerNorm or RMSNorm), the tied projection.
+template <class P, class B, template <class, class> class FinalNorm = nn::LayerNorm>
 struct TinyGpt {
   using T = typename P::activation_type;
   nn::Embedding<P, B> wte;
   nn::TransformerBlock<P, B> block;
-  nn::LayerNorm<P, B> ln_f;
+  FinalNorm<P, B> ln_f;
   explicit TinyGpt(nn::Builder<P, B> b)
       : wte(b.child("wte"), {.vocab = 11, .features = 16, .max_positions = 12}),
         block(b.child("h.0"), {.features = 16, .heads = 2}),
@@ -266,13 +267,21 @@ struct TinyGpt {
   }
 };
 
-// 5 AdamW steps of next-token prediction on ids [4 x 12], with cross_entropy or
-// fused_cross_entropy; the fp32 view of every parameter afterwards.
-template <class Model, class B>
+// 5 steps (AdamW, or LAMB) of next-token prediction on ids [4 x 12], with
+// cross_entropy or fused_cross_entropy; the fp32 view of every parameter afterwards.
+template <template <class, class> class Opt>
+auto lm_options() {
+  if constexpr (std::is_same_v<Opt<amp::O0Policy, amp::host>, amp::optim::LAMB<amp::O0Policy, amp::host>>)
+    return amp::optim::LambOptions{.lr = 0.01f};
+  else
+    return amp::optim::AdamOptions{.lr = 0.01f, .weight_decay = 0.1f, .max_grad_norm = 1.0f};
+}
+
+template <template <class, class> class Opt = amp::optim::AdamW, class Model, class B>
 std::vector<float> train_lm(Model& model, Context<B>& ctx, const std::vector<std::int32_t>& ids,
                             const std::vector<std::int32_t>& targets, bool fused = false) {
   using P = typename Model::policy;
-  amp::optim::AdamW<P, B> opt(model.parameters(), {.lr = 0.01f, .weight_decay = 0.1f, .max_grad_norm = 1.0f});
+  Opt<P, B> opt(model.parameters(), lm_options<Opt>());
   amp::Buffer<std::int32_t, B> di(ctx, ids.size(), amp::memory_kind::data), dt(ctx, targets.size(), amp::memory_kind::data);
   amp::upload(ctx, di.span(), ids);
   amp::upload(ctx, dt.span(), targets);
@@ -339,4 +348,16 @@ TEST_CASE_TEMPLATE("cuda: GPT2 generation: the key/value cache gives the full fo
       CHECK(tokens == nn::generate(mc, prompt, 40, s));
     }
   }
+}
+
+TEST_CASE_TEMPLATE("cuda: LAMB (per-tensor trust ratios over chunks) with an RMSNorm model matches the host", P,
+                   amp::O0Policy, amp::O2Policy, amp::O2BF16Policy) {
+  AMP_REQUIRE_GPU();
+  std::vector<std::int32_t> ids(48), targets(48);
+  for (int i = 0; i < 48; ++i) ids[i] = (i * 5 + i / 12) % 11, targets[i] = (ids[i] * 7 + 2) % 11;
+  Context<amp::cuda> gpu;
+  Context<amp::host> cpu;
+  nn::Model<P, amp::cuda, TinyGpt<P, amp::cuda, nn::RMSNorm>> mg(gpu, {.max_batch = 4, .seed = 6});
+  nn::Model<P, amp::host, TinyGpt<P, amp::host, nn::RMSNorm>> mc(cpu, {.max_batch = 4, .seed = 6});
+  compare<P>(train_lm<amp::optim::LAMB>(mg, gpu, ids, targets), train_lm<amp::optim::LAMB>(mc, cpu, ids, targets));
 }

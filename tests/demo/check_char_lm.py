@@ -1,7 +1,7 @@
 """Runs char_lm briefly (40 steps) on the fortunes files at O0, O2, O1-bf16 and O2-fp8 and checks that every level
 learns (the validation loss falls far below the uniform guess, ln vocab), that the mixed levels track O0, and
 that the JSON summary, the CSV and the sample are complete; that --graph and the fused loss train bit for bit
-as the eager step and the plain loss; that a run resumed from its checkpoint continues bit for bit, that
+as the eager step and the plain loss, and --checkpoint-blocks in less memory; that a run resumed from its checkpoint continues bit for bit, that
 generation from a checkpoint gives the same text with and without the key/value cache and from the exported
 weights; that llm.c token files written by scripts/tokenize.py train end to end; then what the program does with
 bad input."""
@@ -121,6 +121,14 @@ with tempfile.TemporaryDirectory() as tmp:
     assert r.returncode == 0, r.stderr
     straight = [row["loss"] for row in csv.DictReader(open(csv_path))]
     straight_val = json.load(open(json_path))["levels"][0]["val_loss"]
+    # Activation checkpointing: the same 16 losses and validation loss as text, in less activation memory.
+    plain_act = json.load(open(json_path))["levels"][0]["peak_bytes"]["activations"]
+    r = run(*small, "--steps", "16", "--csv", csv_path, "--json", json_path, "--checkpoint-blocks", "yes")
+    assert r.returncode == 0, r.stderr
+    assert [row["loss"] for row in csv.DictReader(open(csv_path))] == straight
+    summary = json.load(open(json_path))
+    assert summary["levels"][0]["val_loss"] == straight_val and summary["settings"]["checkpoint_blocks"] is True
+    assert summary["levels"][0]["peak_bytes"]["activations"] < plain_act, (summary, plain_act)
     r = run(*small, "--steps", "8", "--save", ckpt, "--save-interval", "4")
     assert r.returncode == 0 and os.path.exists(ckpt), r.stderr
     r = run(*small, "--steps", "16", "--resume", ckpt, "--csv", csv_path, "--json", json_path, "--export", weights,

@@ -202,6 +202,25 @@ Vec ref_branch(const Params& p, const Vec& x) {
   return linear(concat(map(h, relu), 5, map(h, tanh_), 5), 10, p.at("out.weight"), p.at("out.bias"), 3);
 }
 
+// RMSNorm between two Linears, 16 wide (the host's vector paths), then GELU.
+template <class P, class B>
+struct RmsNet {
+  using T = typename P::activation_type;
+  nn::Linear<P, B> in, out;
+  nn::RMSNorm<P, B> norm;
+  explicit RmsNet(nn::Builder<P, B> b)
+      : in(b.child("in"), {.in_features = 6, .out_features = 16}),
+        out(b.child("out"), {.in_features = 16, .out_features = 3}),
+        norm(b.child("norm"), {.features = 16}) {}
+  std::vector<nn::Input> default_inputs() const { return {{Shape{6}}}; }
+  Var<T> forward(nn::Graph<P, B>& g, Var<T> x) { return out(g, nn::gelu(g, norm(g, in(g, x)))); }
+};
+
+Vec ref_rms_net(const Params& p, const Vec& x) {
+  const Vec h = rmsnorm(linear(x, 6, p.at("in.weight"), p.at("in.bias"), 16), 16, p.at("norm.weight"), 1e-5);
+  return linear(map(h, gelu), 16, p.at("out.weight"), p.at("out.bias"), 3);
+}
+
 // One weight used twice (tied): y = head(L(relu(L(x)))).
 template <class P, class B>
 struct Tied {
@@ -342,6 +361,9 @@ void check_all() {
   check_net<P, Branch>("branch with fan-out, layernorm, concat", {.max_batch = N, .seed = 6}, x6, s6,
                        [&](Context<host>& c, const auto& out) { return nn::mse_loss(c, out, matrix<const float>(t3.data(), N, 3)); },
                        [&](const Params& p, const Vec& x) { return amp::test::mse(ref_branch(p, x), to_double(t3)); });
+  check_net<P, RmsNet>("RMSNorm (Apex FusedRMSNorm)", {.max_batch = N, .seed = 13}, x6, s6,
+                       [&](Context<host>& c, const auto& out) { return nn::mse_loss(c, out, matrix<const float>(t3.data(), N, 3)); },
+                       [&](const Params& p, const Vec& x) { return amp::test::mse(ref_rms_net(p, x), to_double(t3)); });
   const auto x5 = exact_inputs(N * 5, 15);
   check_net<P, Tied>("tied weight", {.max_batch = N, .seed = 7}, x5, Shape{N, 5},
                      [&](Context<host>& c, const auto& out) { return nn::mse_loss(c, out, matrix<const float>(t3.data(), N, 3)); },

@@ -95,6 +95,17 @@ inline Vec layernorm(const Vec& x, std::int64_t d, const Vec& gamma, const Vec& 
   return y;
 }
 
+// Apex's FusedRMSNorm: x / sqrt(mean(x^2) + eps) * gamma per row of d.
+inline Vec rmsnorm(const Vec& x, std::int64_t d, const Vec& gamma, double eps) {
+  Vec y(x.size());
+  for (std::size_t r = 0; r < x.size() / static_cast<std::size_t>(d); ++r) {
+    double sq = 0;
+    for (std::int64_t j = 0; j < d; ++j) sq += x[r * d + j] * x[r * d + j];
+    for (std::int64_t j = 0; j < d; ++j) y[r * d + j] = x[r * d + j] / std::sqrt(sq / static_cast<double>(d) + eps) * gamma[j];
+  }
+  return y;
+}
+
 inline Vec pool(const Vec& x, Image s, std::int64_t k, std::int64_t stride, std::int64_t pad, bool max, Image* out) {
   const std::int64_t ho = (s.h + 2 * pad - k) / stride + 1, wo = (s.w + 2 * pad - k) / stride + 1;
   Vec y(static_cast<std::size_t>(s.n * ho * wo * s.c));

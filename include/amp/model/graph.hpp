@@ -34,6 +34,7 @@
 #include "amp/backend/algorithm.hpp"
 #include "amp/backend/buffer.hpp"
 #include "amp/model/parameters.hpp"
+#include "amp/model/tape.hpp"
 #include "amp/tensor.hpp"
 
 namespace amp::nn {
@@ -77,59 +78,6 @@ struct CountForwardOp {
   AMP_HOST_DEVICE void operator()(std::size_t) const { ++*forwards; }
 };
 
-// Host-side storage of the backward closures, reused from step to step.
-template <class G>
-class Tape {
- public:
-  Tape() = default;
-  Tape(const Tape&) = delete;
-  Tape& operator=(const Tape&) = delete;
-  ~Tape() { clear(); }
-
-  template <class F>
-  void push(F&& f) {
-    using Fn = std::decay_t<F>;
-    static_assert(alignof(Fn) <= alignof(std::max_align_t));
-    void* at = place(sizeof(Fn));
-    new (at) Fn(std::forward<F>(f));
-    entries_.push_back({[](void* self, G& g) { (*static_cast<Fn*>(self))(g); },
-                        [](void* self) { static_cast<Fn*>(self)->~Fn(); }, at});
-  }
-  template <class AfterEach>
-  void run_backward(G& g, AfterEach&& after_each) {
-    for (auto it = entries_.rbegin(); it != entries_.rend(); ++it) {
-      it->run(it->self, g);
-      after_each();
-    }
-  }
-  void clear() {
-    for (auto& e : entries_) e.destroy(e.self);
-    entries_.clear();
-    block_ = 0;
-    used_ = 0;
-  }
-  std::size_t size() const { return entries_.size(); }
-
- private:
-  static constexpr std::size_t block_bytes = 1 << 16;
-  struct Entry {
-    void (*run)(void*, G&);
-    void (*destroy)(void*);
-    void* self;
-  };
-  void* place(std::size_t bytes) {
-    bytes = (bytes + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) * alignof(std::max_align_t);
-    AMP_REQUIRE(bytes <= block_bytes, "Graph: a backward closure of ", bytes, " bytes is too large");
-    if (block_ < blocks_.size() && used_ + bytes > block_bytes) ++block_, used_ = 0;
-    if (block_ == blocks_.size()) blocks_.push_back(std::make_unique<std::byte[]>(block_bytes));
-    void* at = blocks_[block_].get() + used_;
-    used_ += bytes;
-    return at;
-  }
-  std::vector<Entry> entries_;
-  std::vector<std::unique_ptr<std::byte[]>> blocks_;
-  std::size_t block_ = 0, used_ = 0;
-};
 }  // namespace detail
 
 template <Policy P, Backend B>
@@ -180,7 +128,7 @@ class Graph {
   // Records f(graph), run during backward, last recorded first.
   template <class F>
   void on_backward(F&& f) {
-    tape_.push(std::forward<F>(f));
+    recording_->push(std::forward<F>(f));
   }
 
   // Throws unless v belongs to this graph's iteration in progress; `who` names
@@ -319,6 +267,61 @@ class Graph {
     while (!chunks_.empty() && chunks_.back().offset >= m.offset) chunks_.pop_back();
   }
 
+  // --- activation checkpointing (nn/checkpoint.hpp) ---------------------------
+  // A stretch of a forward: where its memory, closures and random streams begin.
+  struct Segment {
+    Mark memory;
+    std::size_t tape;
+    std::uint64_t stream;
+  };
+  Segment begin_segment() const { return {mark(), recording_->size(), stream_}; }
+  // Forgets what the segment recorded: its backward closures and its memory.
+  void drop_segment(const Segment& s) {
+    recording_->truncate(s.tape);
+    release(s.memory);
+  }
+  // In backward: forward() runs the segment's ops again (the same random
+  // streams, so the same dropout masks; no running statistics or FP8 amaxes
+  // recorded twice) and seeds their output's gradient; then their backward
+  // runs, and the memory of both is given back. The gradients of tensors from
+  // before the call must be claimed before it (they outlive its memory): one
+  // claimed inside is an error.
+  template <class F>
+  void replay(const Segment& s, F&& forward) {
+    if (depth_ == replay_tapes_.size()) replay_tapes_.push_back(std::make_unique<detail::Tape<Graph>>());
+    detail::Tape<Graph>& tape = *replay_tapes_[depth_];
+    const Mark m = mark();
+    const std::size_t outer = grads_.size(), claimed = claimed_before(outer);
+    struct Restore {  // also when the block throws
+      Graph& g;
+      detail::Tape<Graph>& tape;
+      detail::Tape<Graph>* recording;
+      std::uint64_t stream;
+      bool replaying;
+      ~Restore() {
+        tape.clear();
+        g.recording_ = recording, g.stream_ = stream, g.replaying_ = replaying, --g.depth_;
+      }
+    } restore{*this, tape, recording_, stream_, replaying_};
+    ++depth_;
+    recording_ = &tape, stream_ = s.stream, replaying_ = true;
+    forward();
+    recording_ = restore.recording;
+    tape.run_backward(*this, [] {});
+    AMP_REQUIRE(claimed_before(outer) == claimed, "checkpoint: the checkpointed block reads a tensor from outside it "
+                "other than its input; make that tensor its input, or leave the block uncheckpointed");
+    release(m);
+  }
+  bool replaying() const { return replaying_; }
+  // dL/dv is at g already (a replayed segment's output: the gradient its first run received).
+  template <class U>
+  void seed_grad(const Var<U>& v, const U* g) {
+    require_iteration(v, "Graph::seed_grad");
+    AMP_REQUIRE(v.id >= 0 && !grads_[static_cast<std::size_t>(v.id)].data, "Graph::seed_grad: tensor ",
+                v.shape.str(), " takes no gradient, or has one already");
+    grads_[static_cast<std::size_t>(v.id)].data = const_cast<U*>(g);
+  }
+
   // Bytes the arena holds: what the planning pass measured, and any spill blocks.
   std::size_t arena_bytes() const {
     std::size_t total = 0;
@@ -350,6 +353,11 @@ class Graph {
     if (g.data) return {static_cast<U*>(g.data), true};
     g.data = memory ? memory : allocate(g.bytes);
     return {static_cast<U*>(g.data), false};
+  }
+  std::size_t claimed_before(std::size_t id) const {
+    std::size_t n = 0;
+    for (std::size_t k = 0; k < id; ++k) n += grads_[k].data != nullptr;
+    return n;
   }
   // A backward is still to come for the iteration in progress.
   bool open() const { return has_training_forward_ && !backward_done_; }
@@ -395,6 +403,10 @@ class Graph {
   int forwards_ = 0, forwards_planned_ = 1;
   std::uint64_t iteration_ = 0;
   detail::Tape<Graph> tape_;
+  detail::Tape<Graph>* recording_ = &tape_;                      // where on_backward records: tape_, or a replay's
+  std::vector<std::unique_ptr<detail::Tape<Graph>>> replay_tapes_;  // one per nesting depth, reused
+  std::size_t depth_ = 0;
+  bool replaying_ = false;
   std::vector<GradSlot> grads_;
   std::vector<Buffer<std::byte, B>> blocks_;  // the planned arena, then spill blocks
   std::vector<Chunk> chunks_;  // planning only: one per allocation, freed as the arena will be

@@ -15,6 +15,7 @@
 #include "amp/backend/buffer.hpp"
 #include "amp/nn/embedding.hpp"
 #include "amp/nn/norm.hpp"
+#include "amp/nn/checkpoint.hpp"
 #include "amp/nn/transformer.hpp"
 
 namespace amp::nn {
@@ -24,6 +25,7 @@ struct GPT2Config {
   std::int64_t vocab_size = 50257, n_positions = 1024, n_layer = 12, n_head = 12, n_embd = 768;
   float dropout = 0.0f;  // attention probabilities and residual branches (their attn_pdrop, resid_pdrop)
   attention_kernel attention = attention_kernel::fused;
+  bool checkpoint_blocks = false;  // keep only each block's input; recompute its forward in backward (nn/checkpoint.hpp)
 };
 
 // Keys and values of every layer for `batch` sequences of up to n_positions,
@@ -71,7 +73,7 @@ struct GPT2 {
   Var<T> forward(Graph<P, B>& g, Var<std::int32_t> ids) const {
     Var<T> x = wte(g, ids);
     if (config.dropout > 0.0f) x = dropout(g, x, config.dropout);  // their embd_pdrop
-    for (const auto& block : h) x = block(g, x);
+    for (const auto& block : h) x = config.checkpoint_blocks ? checkpoint(g, block, x) : block(g, x);
     return wte.logits(g, ln_f(g, x));
   }
 

@@ -128,7 +128,7 @@ class Linear {
     auto& ctx = g.context();
     auto& state = g.params().fp8();
     const std::int64_t rows = x.rows();
-    const bool record = g.training() && !g.planning();
+    const bool record = g.training() && !g.planning() && !g.replaying();
     Var<T> y = g.template tensor<T>(x.shape.with(-1, s.out));
     T* pre = s.act == activation::gelu ? g.template scratch<T>(y.size()) : nullptr;
     Fx* xt = g.template scratch<Fx>(x.size());

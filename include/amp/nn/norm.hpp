@@ -14,6 +14,8 @@
 //   normalises as one batch of B x ranks (parameter gradients stay per rank:
 //   data parallel sums them).
 //   LayerNorm (statistics::per_row): per row over the last dimension.
+//   RMSNorm (statistics::per_row_rms, as Apex's FusedRMSNorm and Llama): per
+//   row, x / sqrt(mean(x^2) + eps) * weight: no centring, no bias.
 #include <string>
 #include <type_traits>
 
@@ -23,7 +25,7 @@
 
 namespace amp::nn {
 
-enum class statistics { per_column, per_row };
+enum class statistics { per_column, per_row, per_row_rms };
 
 template <Backend B>
 struct BatchNormConfig {
@@ -38,12 +40,14 @@ struct LayerNormConfig {
   float eps = 1e-5f;
   bool affine = true;
 };
+using RMSNormConfig = LayerNormConfig;  // Apex's FusedRMSNorm(normalized_shape, eps = 1e-5, elementwise_affine)
 
 template <class P, class B, statistics Axis>
 class Norm {
   static_assert(Policy<P> && Backend<B>);
   static constexpr bool batch = Axis == statistics::per_column;
-  static constexpr const char* kind = batch ? "BatchNorm" : "LayerNorm";
+  static constexpr bool centered = Axis != statistics::per_row_rms;
+  static constexpr const char* kind = batch ? "BatchNorm" : centered ? "LayerNorm" : "RMSNorm";
 
  public:
   using T = typename P::activation_type;
@@ -57,7 +61,7 @@ class Norm {
     s_.features = cfg.features, s_.eps = cfg.eps, s_.affine = cfg.affine;
     if (cfg.affine) {
       s_.weight = b.template param<role::norm>("weight", {cfg.features}, Init::constant(1.0f), false);
-      s_.bias = b.template param<role::norm>("bias", {cfg.features}, Init::constant(0.0f), false);
+      if (centered) s_.bias = b.template param<role::norm>("bias", {cfg.features}, Init::constant(0.0f), false);
     }
     if constexpr (batch) {
       AMP_REQUIRE(cfg.momentum >= 0 && cfg.momentum <= 1, kind, " '", name_, "': need momentum in [0, 1]");
@@ -77,7 +81,7 @@ class Norm {
   }
 
   Param<role::norm> weight() const { return s_.weight; }
-  Param<role::norm> bias() const { return s_.bias; }
+  Param<role::norm> bias() const requires centered { return s_.bias; }
   Param<role::buffer> running_mean() const requires batch { return s_.running_mean; }
   Param<role::buffer> running_var() const requires batch { return s_.running_var; }
 
@@ -104,10 +108,10 @@ class Norm {
     const std::int64_t rows = x.rows(), cols = s.features;
     const Saved saved = batch ? batch_statistics(g, s, x) : row_statistics(g, s, x);
     const N* gamma = s.affine ? params.values(s.weight).data : nullptr;
-    const N* beta = s.affine ? params.values(s.bias).data : nullptr;
+    const N* beta = s.affine && centered ? params.values(s.bias).data : nullptr;
     Var<T> y = g.template tensor<T>(x.shape);
     for_each_row(g.context(), static_cast<std::size_t>(rows), cols,
-                 detail::NormalizeOp<C, T, N, !batch>{x.data, y.data, saved.mean, saved.inv_std, gamma, beta, cols});
+                 detail::NormalizeOp<C, T, N, !batch, centered>{x.data, y.data, saved.mean, saved.inv_std, gamma, beta, cols});
     g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, x, y, saved); });
     return y;
   }
@@ -138,7 +142,7 @@ class Norm {
     for_each(ctx, channels, detail::MeanOp{mean, count});
     column_sums(g, rows, cols, detail::SquaredDeviationAt<T>{x.data, mean, cols}, var_sum);
     if (sync) sync->all_reduce_sum(ctx, Span<float>(var_sum, channels));
-    const bool update = !g.planning();
+    const bool update = !g.planning() && !g.replaying();  // a checkpoint's replay updates nothing twice
     for_each(ctx, channels,
              detail::BatchStatsOp{mean, var_sum, inv_std, update ? params.values(s.running_mean).data : nullptr,
                                   update ? params.values(s.running_var).data : nullptr, params.values(s.batches).data,
@@ -148,9 +152,10 @@ class Norm {
 
   static Saved row_statistics(Graph<P, B>& g, const Spec& s, Var<T> x) {
     const std::int64_t rows = x.rows(), cols = s.features;
-    float* mean = g.template scratch<float>(static_cast<std::size_t>(rows));
+    float* mean = centered ? g.template scratch<float>(static_cast<std::size_t>(rows)) : nullptr;
     float* inv_std = g.template scratch<float>(static_cast<std::size_t>(rows));
-    for_each_row(g.context(), static_cast<std::size_t>(rows), cols, detail::RowStatsOp<T>{x.data, mean, inv_std, cols, s.eps});
+    for_each_row(g.context(), static_cast<std::size_t>(rows), cols,
+                 detail::RowStatsOp<T, centered>{x.data, mean, inv_std, cols, s.eps});
     return {mean, inv_std, true, nullptr, {static_cast<float>(rows), nullptr}};
   }
 
@@ -170,12 +175,13 @@ class Norm {
     if (s.affine || batch) {
       sum_dy = g.template scratch<float>(2 * width);
       sum_dy_xhat = sum_dy + cols;
-      column_sums(g, rows, cols, detail::ValueAt<T>{dy, cols}, sum_dy);
-      column_sums(g, rows, cols, detail::GradXhatAt<T, !batch>{dy, x.data, saved.mean, saved.inv_std, cols}, sum_dy_xhat);
+      if (centered) column_sums(g, rows, cols, detail::ValueAt<T>{dy, cols}, sum_dy);
+      column_sums(g, rows, cols, detail::GradXhatAt<T, !batch, centered>{dy, x.data, saved.mean, saved.inv_std, cols},
+                  sum_dy_xhat);
     }
     if (s.affine)  // this rank's sums: data parallel adds the parameter gradients over the ranks
       for_each(ctx, width, detail::AffineGradOp<N>{sum_dy, sum_dy_xhat, params.backward_grads(s.weight).data,
-                                                   params.backward_grads(s.bias).data});
+                                                   centered ? params.backward_grads(s.bias).data : nullptr});
     if (!dx) return;
     if constexpr (batch) {
       if (saved.sync) saved.sync->all_reduce_sum(ctx, Span<float>(sum_dy, 2 * width));
@@ -184,8 +190,8 @@ class Norm {
                                                     gamma, cols, saved.count, saved.training, dx.accumulate});
     } else {
       for_each_row(ctx, static_cast<std::size_t>(rows), cols,
-                   detail::LayerNormGradOp<C, T, N>{x.data, dy, dx.data, saved.mean, saved.inv_std, gamma, cols,
-                                                    dx.accumulate});
+                   detail::LayerNormGradOp<C, T, N, centered>{x.data, dy, dx.data, saved.mean, saved.inv_std, gamma,
+                                                              cols, dx.accumulate});
     }
   }
 
@@ -201,5 +207,7 @@ template <class P, class B>
 using BatchNorm2d = BatchNorm<P, B>;
 template <class P, class B>
 using LayerNorm = Norm<P, B, statistics::per_row>;
+template <class P, class B>
+using RMSNorm = Norm<P, B, statistics::per_row_rms>;
 
 }  // namespace amp::nn

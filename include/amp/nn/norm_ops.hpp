@@ -2,7 +2,8 @@
 // The per-element math of the normalisation layers (nn/norm.hpp), for both
 // backends: statistics accumulated in fp32 (two passes: the mean, then the
 // squared deviations), per column (BatchNorm: a channel over every other
-// position) or per row (LayerNorm), the normalised value rounded through
+// position) or per row (LayerNorm; RMSNorm is its uncentred case: Centered =
+// false reads no mean and has no shift), the normalised value rounded through
 // compute_type<norm>, and the backward's sums and input gradients. Ops over
 // a row take the backend's lanes (backend/rows.hpp): a warp per row on a GPU.
 #include <cmath>
@@ -25,7 +26,7 @@ struct SquaredDeviationAt {
   }
 };
 // dy and dy * xhat, summed per column for the backward.
-template <class T, bool PerRow>
+template <class T, bool PerRow, bool Centered = true>
 struct GradXhatAt {
   const T* dy;
   const T* x;
@@ -34,7 +35,7 @@ struct GradXhatAt {
   std::int64_t cols;
   AMP_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const {
     const std::int64_t s = PerRow ? r : c;
-    return cast<float>(dy[r * cols + c]) * (cast<float>(x[r * cols + c]) - mean[s]) * inv_std[s];
+    return cast<float>(dy[r * cols + c]) * (cast<float>(x[r * cols + c]) - (Centered ? mean[s] : 0.0f)) * inv_std[s];
   }
 };
 
@@ -91,7 +92,7 @@ struct RunningStatsOp {
 
 // Row r: y = round_C((x - mean) inv_std) * gamma + beta, statistics per
 // row (LayerNorm) or per column (BatchNorm); a row op (backend/rows.hpp).
-template <class C, class T, class N, bool PerRow>
+template <class C, class T, class N, bool PerRow, bool Centered = true>
 struct NormalizeOp {
   const T* x;
   T* y;
@@ -108,8 +109,8 @@ struct NormalizeOp {
     with_flag(gamma != nullptr, [&](auto affine) {
       lanes.each(cols, [&](std::int64_t c) {
         const std::int64_t s = PerRow ? row : c;
-        float v = round_to<C>((cast<float>(in[c]) - mean[s]) * inv_std[s]);
-        if constexpr (affine) v = v * cast<float>(gamma[c]) + cast<float>(beta[c]);
+        float v = round_to<C>((cast<float>(in[c]) - (Centered ? mean[s] : 0.0f)) * inv_std[s]);
+        if constexpr (affine) v = Centered ? v * cast<float>(gamma[c]) + cast<float>(beta[c]) : v * cast<float>(gamma[c]);
         out[c] = cast<T>(round_to<C>(v));
       });
     });
@@ -161,15 +162,16 @@ struct AffineGradOp {
   const float* sum_dy;
   const float* sum_dy_xhat;
   N* dgamma;
-  N* dbeta;
+  N* dbeta;  // nullptr: no shift (RMSNorm)
   AMP_HOST_DEVICE void operator()(std::size_t c) const {
     dgamma[c] = cast<N>(cast<float>(dgamma[c]) + sum_dy_xhat[c]);
-    dbeta[c] = cast<N>(cast<float>(dbeta[c]) + sum_dy[c]);
+    if (dbeta) dbeta[c] = cast<N>(cast<float>(dbeta[c]) + sum_dy[c]);
   }
 };
 
-// LayerNorm's statistics of row r: mean and 1/std over its cols values (a row op).
-template <class T>
+// LayerNorm's statistics of row r: mean and 1/std over its cols values (a row
+// op); uncentred (RMSNorm): 1 / root mean square, no mean.
+template <class T, bool Centered = true>
 struct RowStatsOp {
   const T* x;
   float* mean;
@@ -179,20 +181,22 @@ struct RowStatsOp {
   template <class Lanes>
   AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
     const T* row = x + static_cast<std::int64_t>(r) * cols;
-    const float m = lanes.sum(cols, [&](std::int64_t c) { return cast<float>(row[c]); }) / static_cast<float>(cols);
+    const float m =
+        Centered ? lanes.sum(cols, [&](std::int64_t c) { return cast<float>(row[c]); }) / static_cast<float>(cols) : 0.0f;
     const float sq = lanes.sum(cols, [&](std::int64_t c) {
       const float d = cast<float>(row[c]) - m;
       return d * d;
     });
     lanes.each(1, [&](std::int64_t) {
-      mean[r] = m;
+      if (Centered) mean[r] = m;
       inv_std[r] = 1.0f / sqrtf(sq / static_cast<float>(cols) + eps);
     });
   }
 };
 
-// LayerNorm's input gradient of row r: inv_std / D (D dy g - sum(dy g) - xhat sum(dy g xhat)) (a row op).
-template <class C, class T, class N>
+// LayerNorm's input gradient of row r: inv_std / D (D dy g - sum(dy g) - xhat
+// sum(dy g xhat)) (a row op); uncentred (RMSNorm) without the sum(dy g) term.
+template <class C, class T, class N, bool Centered = true>
 struct LayerNormGradOp {
   const T* x;
   const T* dy;
@@ -206,8 +210,8 @@ struct LayerNormGradOp {
   AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
     const std::int64_t base = static_cast<std::int64_t>(r) * cols;
     const auto g = [&](std::int64_t c) { return cast<float>(dy[base + c]) * (gamma ? cast<float>(gamma[c]) : 1.0f); };
-    const auto xhat = [&](std::int64_t c) { return (cast<float>(x[base + c]) - mean[r]) * inv_std[r]; };
-    const float a = lanes.sum(cols, g);
+    const auto xhat = [&](std::int64_t c) { return (cast<float>(x[base + c]) - (Centered ? mean[r] : 0.0f)) * inv_std[r]; };
+    const float a = Centered ? lanes.sum(cols, g) : 0.0f;
     const float b = lanes.sum(cols, [&](std::int64_t c) { return g(c) * xhat(c); });
     const float d = static_cast<float>(cols);
     lanes.each(cols, [&](std::int64_t c) {

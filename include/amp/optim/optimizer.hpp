@@ -196,7 +196,7 @@ class FusedOptimizer {
       // Host memory: the prologue runs in one launch with the passes, which get
       // its values by value (and vectorise), or are skipped.
       ctx_->count_launch();
-      each_role([&](auto& st, auto&) { ctx_->count_launch(st.arena->count() ? 1 : 0); });  // the passes, as the GPU's
+      each_role([&](auto& st, auto&) { ctx_->count_launch(st.arena->count() ? passes : 0); });  // as the GPU's
       ctx_->issue([this, scale, inv_acc, unscaled] {
         const StepValues v = detail::prepare_step(rule_, *state_.data(), *hyper_.data(), *gradients_.stats(), scale,
                                                   *gradients_.found_inf(), common_.max_grad_norm, inv_acc);
@@ -234,13 +234,18 @@ class FusedOptimizer {
   }
 
  private:
-  // The optimizer's own memory for one role of one store: state buffers and group ids.
+  static constexpr int passes = per_tensor_rule<Rule> ? 2 : 1;
+
+  // The optimizer's own memory for one role of one store: state buffers,
+  // group ids, and a per-tensor rule's chunks and their sums.
   template <nn::role R>
   struct RoleState {
     using Arena = nn::RoleArena<P, B, R>;
     Arena* arena = nullptr;
     Buffer<float, B> state[2];
     Buffer<std::uint8_t, B> ids;
+    Buffer<TensorChunk, B> chunks;
+    Buffer<float, B> sums;
   };
   struct StoreState {
     RoleState<nn::role::weight> weights;
@@ -277,6 +282,7 @@ class FusedOptimizer {
       a.state[k] = Buffer<float, B>(*ctx_, count, memory_kind::optimizer);
       fill(*ctx_, a.state[k].span(), 0.0f);
     }
+    if constexpr (per_tensor_rule<Rule>) init_chunks(store, a);
     if (common_.groups.empty() || !count) return;  // per-element group ids only when there are groups
     std::vector<std::uint8_t> ids(count, 0);
     for (const auto& p : store.table()) {
@@ -291,6 +297,24 @@ class FusedOptimizer {
     upload(*ctx_, a.ids.span(), ids);
   }
 
+  template <nn::role R>
+  void init_chunks(Store& store, RoleState<R>& a) {
+    std::vector<TensorChunk> chunks;
+    for (const auto& p : store.table()) {
+      if (p.kind != R || !p.count) continue;
+      const auto first = static_cast<std::uint32_t>(chunks.size());
+      const auto n = static_cast<std::uint32_t>((p.count + tensor_chunk - 1) / tensor_chunk);
+      for (std::uint32_t k = 0; k < n; ++k) {
+        const std::size_t at = k * tensor_chunk;
+        chunks.push_back({p.offset + at, static_cast<std::uint32_t>(std::min(tensor_chunk, p.count - at)), first, n});
+      }
+    }
+    if (chunks.empty()) return;
+    a.chunks = Buffer<TensorChunk, B>(*ctx_, chunks.size(), memory_kind::optimizer);
+    upload(*ctx_, a.chunks.span(), chunks);
+    a.sums = Buffer<float, B>(*ctx_, 2 * chunks.size(), memory_kind::optimizer);
+  }
+
   // One role's fused step; on the host it runs inside the step's launch, so
   // it launches directly and reads no host flag that may change before a replay.
   template <class S, class G, class Values>
@@ -301,12 +325,29 @@ class FusedOptimizer {
     float* s1 = Rule::state_buffers > 0 ? st.state[0].data() : nullptr;
     float* s2 = Rule::state_buffers > 1 ? st.state[1].data() : nullptr;
     auto launch = [&]<class Grad, bool Grouped>(const Grad* g) {
-      const detail::FusedStepOp<typename Arena::stored_type, Grad, Rule, Arena::has_master, Grouped, Values> op{
-          st.arena->values().data, master, g, s1, s2, st.ids.data(), rule_, values};
-      if constexpr (std::is_same_v<B, host>) {
-        if (st.arena->count()) amp::detail::for_each_now(ctx_->threads(), st.arena->count(), op, 1);
+      if constexpr (per_tensor_rule<Rule>) {
+        using Stored = typename Arena::stored_type;
+        constexpr bool M = Arena::has_master;
+        const std::size_t n = st.chunks.size();
+        const detail::ChunkNormsOp<Stored, Grad, Rule, M, Grouped, Values> norms{
+            st.arena->values().data, master, g, s1, s2, st.ids.data(), st.chunks.data(), st.sums.data(), rule_, values};
+        const detail::ChunkStepOp<Stored, Grad, Rule, M, Grouped, Values> step{
+            st.arena->values().data, master, g, s1, s2, st.ids.data(), st.chunks.data(), st.sums.data(), rule_, values};
+        if constexpr (std::is_same_v<B, host>) {
+          amp::detail::for_each_now(ctx_->threads(), n, amp::detail::RowAsItem<decltype(norms)>{norms}, tensor_chunk);
+          amp::detail::for_each_now(ctx_->threads(), n, amp::detail::RowAsItem<decltype(step)>{step}, tensor_chunk);
+        } else {
+          for_each_row(*ctx_, n, static_cast<std::int64_t>(tensor_chunk), norms);
+          for_each_row(*ctx_, n, static_cast<std::int64_t>(tensor_chunk), step);
+        }
       } else {
-        for_each(*ctx_, st.arena->count(), op);
+        const detail::FusedStepOp<typename Arena::stored_type, Grad, Rule, Arena::has_master, Grouped, Values> op{
+            st.arena->values().data, master, g, s1, s2, st.ids.data(), rule_, values};
+        if constexpr (std::is_same_v<B, host>) {
+          if (st.arena->count()) amp::detail::for_each_now(ctx_->threads(), st.arena->count(), op, 1);
+        } else {
+          for_each(*ctx_, st.arena->count(), op);
+        }
       }
     };
     const bool grouped = !common_.groups.empty();

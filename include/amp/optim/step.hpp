@@ -65,6 +65,30 @@ AMP_HOST_DEVICE inline GroupValues group_values(const Hyper& h, long long steps)
   return g;
 }
 
+// Rules whose step depends on whole tensors (LAMB's trust ratio) declare
+// per_tensor; their pass runs over tensor chunks (below).
+template <class Rule>
+inline constexpr bool per_tensor_rule = requires { requires Rule::per_tensor; };
+
+// Clipping divides by norm + this: PyTorch's clip_grad_norm_ 1e-6, unless the rule says otherwise (Apex's LAMB: 0).
+template <class Rule>
+AMP_HOST_DEVICE constexpr float clip_epsilon() {
+  if constexpr (requires { Rule::clip_epsilon; }) return Rule::clip_epsilon;
+  else return 1e-6f;
+}
+
+// A per-tensor rule's tensors in chunks of at most tensor_chunk elements (Apex's
+// multi_tensor_apply chunk): a block of GPU threads per chunk, however large the
+// tensor. A chunk knows its tensor's chunks, so each adds the tensor's partial
+// sums itself, in one fixed order.
+inline constexpr std::size_t tensor_chunk = 65536;
+struct TensorChunk {
+  std::size_t begin = 0;        // in the role's arena
+  std::uint32_t count = 0;      // elements
+  std::uint32_t first = 0;      // its tensor's first chunk
+  std::uint32_t chunks = 0;     // its tensor's chunks
+};
+
 namespace detail {
 // The prologue: one function for the host and the device.
 template <class Rule>
@@ -78,7 +102,7 @@ AMP_HOST_DEVICE inline StepValues prepare_step(const Rule& rule, const Optimizer
   v.coef = unscale;
   if (max_norm > 0.0f) {
     const float norm = static_cast<float>(sqrt(stats.sumsq)) * unscale;
-    if (norm > max_norm) v.coef *= max_norm / (norm + 1e-6f);
+    if (norm > max_norm) v.coef *= max_norm / (norm + clip_epsilon<Rule>());
   }
   v.t = st.t + 1;
   v.beta1_pow = st.beta1_pow * rule.beta1_or_one();
@@ -140,6 +164,79 @@ struct FusedStepOp {
                     v, v.hp.lr[k], v.hp.wd[k]);
     if constexpr (Master) master[i] = x;
     w[i] = cast<Param>(x);
+  }
+};
+
+// Per-tensor rules, pass 1 (a row op per chunk): the chunk's sums of x^2 and
+// of the rule's direction u^2, the state left as it is (pass 2 recomputes u:
+// no buffer of directions, and one read fewer than storing them).
+template <class Param, class Grad, class Rule, bool Master, bool Grouped, class Values>
+struct ChunkNormsOp {
+  const Param* w;
+  const float* master;
+  const Grad* g;
+  const float* s1;
+  const float* s2;
+  const std::uint8_t* group;
+  const TensorChunk* chunks;
+  float* sums;  // per chunk: sum x^2, sum u^2
+  Rule rule;
+  Values values;
+
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
+    const StepValues& v = step_values(values);
+    if (v.skip) return;
+    const TensorChunk c = chunks[r];
+    const float wd = v.hp.wd[Grouped ? group[c.begin] : 0];
+    const float ww = lanes.sum(c.count, [&](std::int64_t j) {
+      const float x = Master ? master[c.begin + j] : cast<float>(w[c.begin + j]);
+      return x * x;
+    });
+    const float uu = lanes.sum(c.count, [&](std::int64_t j) {
+      const std::size_t i = c.begin + static_cast<std::size_t>(j);
+      float m = s1[i], s = s2[i];
+      const float u = rule.direction(Master ? master[i] : cast<float>(w[i]), cast<float>(g[i]) * v.coef, &m, &s, v, wd);
+      return u * u;
+    });
+    lanes.each(1, [&](std::int64_t) {
+      sums[2 * r] = ww;
+      sums[2 * r + 1] = uu;
+    });
+  }
+};
+
+// Pass 2: the tensor's norms from its chunks' sums, the rule's rate for them,
+// and per element the direction again (now writing the state) and the update.
+template <class Param, class Grad, class Rule, bool Master, bool Grouped, class Values>
+struct ChunkStepOp {
+  Param* w;
+  float* master;
+  const Grad* g;
+  float* s1;
+  float* s2;
+  const std::uint8_t* group;
+  const TensorChunk* chunks;
+  const float* sums;
+  Rule rule;
+  Values values;
+
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
+    const StepValues& v = step_values(values);
+    if (v.skip) return;
+    const TensorChunk c = chunks[r];
+    float ww = 0.0f, uu = 0.0f;
+    for (std::uint32_t k = c.first; k < c.first + c.chunks; ++k) ww += sums[2 * k], uu += sums[2 * k + 1];
+    const int k = Grouped ? group[c.begin] : 0;
+    const float rate = rule.rate(sqrtf(ww), sqrtf(uu), v.hp.lr[k], v.hp.wd[k]);
+    lanes.each(c.count, [&](std::int64_t j) {
+      const std::size_t i = c.begin + static_cast<std::size_t>(j);
+      const float x = Master ? master[i] : cast<float>(w[i]);
+      const float y = x - rate * rule.direction(x, cast<float>(g[i]) * v.coef, s1 + i, s2 + i, v, v.hp.wd[k]);
+      if constexpr (Master) master[i] = y;
+      w[i] = cast<Param>(y);
+    });
   }
 };
 
