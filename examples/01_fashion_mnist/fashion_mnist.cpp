@@ -22,11 +22,9 @@
 #include <amp/data/loader.hpp>
 #include <amp/io/checkpoint.hpp>
 #include <amp/io/safetensors.hpp>
-#if defined(AMP_EXAMPLE_PARALLEL)
-#include <amp/parallel.hpp>
-#endif
 
 #include "common/args.hpp"
+#include "common/distributed.hpp"
 #include "common/json.hpp"
 #include "common/fp8.hpp"
 #include "common/levels.hpp"
@@ -38,17 +36,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr std::int64_t kClasses = 10;
 
-// --distributed: this process's rank and the MPI communicator (host memory;
-// the GPU path builds its NCCL communicator on it for each level's context).
-struct Distributed {
-  int rank = 0, ranks = 1;
-#if defined(AMP_EXAMPLE_PARALLEL)
-  std::optional<amp::parallel::MpiEnvironment> mpi;
-  std::optional<amp::parallel::MpiCommunicator> comm;
-#endif
-  bool leader() const { return rank == 0; }
-};
-Distributed dist;
+examples::Distributed dist;  // --distributed (common/distributed.hpp)
 
 // The recipes, as torch.nn.Sequential would write them (names match PyTorch's).
 template <amp::Policy P, amp::Backend B>
@@ -377,21 +365,7 @@ LevelResult run_level(amp::Context<B>& ctx, const amp::data::LabelledImages& tr,
 template <amp::Policy P, amp::Backend B>
 LevelResult run_rank(amp::Context<B>& ctx, const amp::data::LabelledImages& tr, const amp::data::LabelledImages& te,
                      const Settings& s) {
-#if defined(AMP_EXAMPLE_PARALLEL)
-  if (dist.comm) {
-    if constexpr (std::is_same_v<B, amp::host>) {
-      return run_level<P>(ctx, tr, te, s, &*dist.comm);
-    } else {
-#if defined(__CUDACC__)  // NCCL exists only under nvcc; a host-only build has no other backend
-      amp::parallel::NcclCommunicator nccl(*dist.comm, ctx);
-      LevelResult r = run_level<P>(ctx, tr, te, s, &nccl);
-      nccl.synchronize();
-      return r;
-#endif
-    }
-  }
-#endif
-  return run_level<P>(ctx, tr, te, s, static_cast<amp::Collective<B>*>(nullptr));
+  return dist.with_collective(ctx, [&](amp::Collective<B>* comm) { return run_level<P>(ctx, tr, te, s, comm); });
 }
 
 std::string data_file(const std::string& dir, const std::string& name) {
@@ -550,15 +524,7 @@ int main(int argc, char** argv) try {
       .toggle("distributed", false, "one rank of an MPI job (mpirun -np N ...); --batch-size is per rank");
   if (!args.parse(argc, argv)) return 0;
   examples::watch_interrupts();  // before any thread starts (see run.hpp)
-  if (args.on("distributed")) {
-#if defined(AMP_EXAMPLE_PARALLEL)
-    dist.mpi.emplace(argc, argv);
-    dist.comm.emplace();
-    dist.rank = dist.comm->rank(), dist.ranks = dist.comm->size();
-#else
-    amp::fail("--distributed: this program was built without MPI (install libopenmpi-dev and rebuild)");
-#endif
-  }
+  if (args.on("distributed")) dist.start(argc, argv, "fashion_mnist");
   Settings s;
   s.model = args.str("model");
   AMP_REQUIRE(s.model == "mlp" || s.model == "cnn", "--model must be mlp or cnn, got '", s.model, "'");
@@ -576,9 +542,7 @@ int main(int argc, char** argv) try {
   s.seed = static_cast<std::uint64_t>(args.integer("seed", 0, std::numeric_limits<long long>::max()));
   s.train_subset = args.integer("train-subset", 0, std::numeric_limits<std::int32_t>::max());
   s.threads = static_cast<int>(args.integer("threads", 0, 4096));
-#if defined(AMP_EXAMPLE_PARALLEL)
-  if (dist.comm && s.threads == 0) s.threads = amp::parallel::threads_per_rank(*dist.comm);  // the cores, shared out
-#endif
+  s.threads = dist.threads(s.threads);  // distributed: the cores, shared out
   s.data = args.str("data");
   s.tty = isatty(fileno(stdout)) != 0;
   s.graph = args.on("graph");
@@ -655,8 +619,6 @@ int main(int argc, char** argv) try {
 } catch (const std::exception& e) {
   if (dist.ranks > 1) std::fprintf(stderr, "fashion_mnist (rank %d of %d): %s\n", dist.rank, dist.ranks, e.what());
   else std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
-#if defined(AMP_EXAMPLE_PARALLEL)
-  if (dist.mpi && dist.ranks > 1) dist.mpi->abort(2);  // the other ranks stop too, instead of waiting for this one
-#endif
+  dist.abort_job();  // the other ranks stop too, instead of waiting for this one
   return 2;
 }

@@ -27,6 +27,7 @@
 #include <amp/io/safetensors.hpp>
 
 #include "common/args.hpp"
+#include "common/distributed.hpp"
 #include "common/json.hpp"
 #include "common/fp8.hpp"
 #include "common/levels.hpp"
@@ -38,6 +39,8 @@ namespace {
 namespace nn = amp::nn;
 using Clock = std::chrono::steady_clock;
 using examples::StepRecord;
+
+examples::Distributed dist;  // --distributed: this rank of the MPI job
 
 // The corpus: the fortunes files in name order, concatenated (the first 90%
 // trains, the rest validates), as characters; or two llm.c token files.
@@ -148,9 +151,11 @@ void fill_batch(const Settings& s, const std::vector<std::int32_t>& text, std::i
                 std::int32_t* ids, std::int32_t* targets) {
   const std::int64_t t = s.model.n_positions, limit = static_cast<std::int64_t>(text.size()) - t - 1;
   for (std::int64_t r = 0; r < s.batch; ++r) {
-    // Training: random windows; validation: evenly spaced ones, the same for every level.
-    const std::int64_t start = training ? window_start(s.seed, step * s.batch + r, limit)
-                                        : (step * s.batch + r) * (limit / (s.eval_batches * s.batch));
+    // Training: random windows (rank k of N takes rows k B .. k B + B - 1 of a global batch of N B, so N
+    // ranks see one process's batch of N B); validation: --eval-batches global batches of evenly spaced
+    // windows, the same for every level, each rank evaluating all of them (N batches of B each).
+    const std::int64_t start = training ? window_start(s.seed, (step * dist.ranks + dist.rank) * s.batch + r, limit)
+                                        : (step * s.batch + r) * (limit / (s.eval_batches * s.batch * dist.ranks));
     for (std::int64_t k = 0; k < t; ++k) {
       ids[r * t + k] = text[static_cast<std::size_t>(start + k)];
       targets[r * t + k] = text[static_cast<std::size_t>(start + k + 1)];
@@ -188,7 +193,8 @@ double validation_loss(amp::Context<B>& ctx, Model& model, const Settings& s, co
   model.eval();
   std::vector<std::int32_t> hi(ids.size()), ht(targets.size());
   double total = 0;
-  for (std::int64_t b = 0; b < s.eval_batches; ++b) {
+  const std::int64_t batches = s.eval_batches * dist.ranks;
+  for (std::int64_t b = 0; b < batches; ++b) {
     fill_batch(s, c.val, b, false, hi.data(), ht.data());
     amp::upload(ctx, ids.span(), hi);
     amp::upload(ctx, targets.span(), ht);
@@ -196,7 +202,7 @@ double validation_loss(amp::Context<B>& ctx, Model& model, const Settings& s, co
     total += nn::cross_entropy(ctx, out, amp::Span<const std::int32_t>(targets.span())).item();
   }
   model.train();
-  return total / static_cast<double>(s.eval_batches);
+  return total / static_cast<double>(batches);
 }
 
 // The prompt's tokens: --prompt, else the validation text's first token.
@@ -249,10 +255,12 @@ std::int64_t check_extras(const amp::io::Archive& a, const Settings& s, const Co
 }
 
 template <amp::Policy P, amp::Backend B>
-LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) {
+LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, amp::Collective<B>* comm) {
   LevelResult r;
   r.level = std::string(amp::policy_name<P>());
-  nn::Model<P, B, nn::GPT2<P, B>> model(ctx, {.max_batch = s.batch, .seed = s.seed, .fused_loss = s.fused_loss}, s.model);
+  // Each rank its own dropout masks (the seed also initialises, but data parallel sends rank 0's weights).
+  const std::uint64_t seed = s.seed + static_cast<std::uint64_t>(dist.rank) * 0x9E3779B97F4A7C15ull;
+  nn::Model<P, B, nn::GPT2<P, B>> model(ctx, {.max_batch = s.batch, .seed = seed, .fused_loss = s.fused_loss}, s.model);
   // AdamW as GPT-2 trains: no decay on biases and norms, warm-up then cosine, clipping.
   amp::optim::AdamW<P, B> opt(model.parameters(),
                               {.lr = s.lr, .beta2 = 0.99f, .weight_decay = s.weight_decay, .max_grad_norm = s.clip,
@@ -266,6 +274,13 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
     AMP_REQUIRE(s.generate > 0 || r.first_step < s.steps, "checkpoint '", s.resume, "' is at step ", r.first_step,
                 ": nothing left to train for --steps ", s.steps);
   }
+#if defined(AMP_EXAMPLE_PARALLEL)
+  // Rank 0's weights to every rank; gradients summed over the ranks before each step's check.
+  std::optional<amp::parallel::DataParallel<decltype(opt)>> ddp;
+  if (comm) ddp.emplace(*comm, opt);
+#else
+  (void)comm;
+#endif
   if (s.generate > 0) {  // no training: the prompt, then the tokens as they come
     std::fputs(c.decode(prompt_ids(s, c)).c_str(), stdout);
     r.sample = sample_text(model, s, c, s.generate, true);
@@ -296,7 +311,7 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
   double interval = 0;  // training seconds since the last evaluation
   for (std::int64_t step = first; step < s.steps; ++step) {
     if (examples::interrupted()) {  // between steps: a checkpoint of the steps done, if asked for
-      if (!s.save.empty() && step > first) {
+      if (!s.save.empty() && step > first && dist.leader()) {
         amp::io::save(s.save, model, opt, checkpoint_extras(s, c, step));
         std::printf("\ninterrupted: saved %s at step %lld (--resume continues from it)\n", s.save.c_str(),
                     static_cast<long long>(step));
@@ -313,12 +328,12 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
     });
     const bool eval_now = (step + 1) % s.eval_interval == 0 || step + 1 == s.steps;
     const bool save_now = !s.save.empty() && ((step + 1) % s.save_interval == 0 || step + 1 == s.steps);
-    const StepRecord* rec = s.tty && (step % 10 == 0 || eval_now) ? records.newest(ctx) : nullptr;
+    const StepRecord* rec = s.tty && dist.leader() && (step % 10 == 0 || eval_now) ? records.newest(ctx) : nullptr;
     if (rec) {
       const double secs = train_seconds + std::chrono::duration<double>(Clock::now() - start).count();
       std::printf("\r  %-7s step %5lld/%-5lld %7.0f tok/s loss %.4f scale %-8g", r.level.c_str(),
                   static_cast<long long>(step + 1), static_cast<long long>(s.steps),
-                  static_cast<double>((step + 1 - first) * tokens) / secs, rec->loss, rec->scale);
+                  static_cast<double>((step + 1 - first) * tokens * dist.ranks) / secs, rec->loss, rec->scale);
       std::fflush(stdout);
     }
     if (eval_now || save_now) {  // the clock stops for evaluations and checkpoints
@@ -332,13 +347,14 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
       const double val = validation_loss(ctx, model, s, c, ids, targets);
       r.evaluations.push_back({step + 1, val, interval});
       interval = 0;
-      std::printf("%s  %-7s step %5lld/%-5lld val loss %.4f (ppl %.2f) %7.0f tok/s%s\n", s.tty ? "\r" : "",
-                  r.level.c_str(), static_cast<long long>(step + 1), static_cast<long long>(s.steps), val,
-                  std::exp(val), static_cast<double>((step + 1 - first) * tokens) / train_seconds,
-                  s.tty ? "          " : "");
+      if (dist.leader())
+        std::printf("%s  %-7s step %5lld/%-5lld val loss %.4f (ppl %.2f) %7.0f tok/s%s\n", s.tty ? "\r" : "",
+                    r.level.c_str(), static_cast<long long>(step + 1), static_cast<long long>(s.steps), val,
+                    std::exp(val), static_cast<double>((step + 1 - first) * tokens * dist.ranks) / train_seconds,
+                    s.tty ? "          " : "");
       std::fflush(stdout);
     }
-    if (save_now) amp::io::save(s.save, model, opt, checkpoint_extras(s, c, step + 1));
+    if (save_now && dist.leader()) amp::io::save(s.save, model, opt, checkpoint_extras(s, c, step + 1));
     if (eval_now || save_now) start = Clock::now();
   }
   r.host_syncs_in_loop = loop.syncs(), r.allocations_in_loop = loop.allocations();
@@ -350,7 +366,7 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
   const std::size_t tail = std::min<std::size_t>(r.steps.size(), static_cast<std::size_t>(s.eval_interval));
   for (std::size_t i = r.steps.size() - tail; i < r.steps.size(); ++i) r.train_loss += r.steps[i].loss / tail;
   r.val_loss = r.evaluations.back().val_loss;
-  r.tokens_per_second = static_cast<double>(count) * static_cast<double>(tokens) / train_seconds;
+  r.tokens_per_second = static_cast<double>(count * dist.ranks) * static_cast<double>(tokens) / train_seconds;
   std::sort(intervals.begin(), intervals.end());
   r.interval_seconds = intervals[intervals.size() / 2];
   r.skipped = r.steps.back().skipped;
@@ -359,9 +375,9 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c) 
     r.peak[k] = ctx.memory().peak(static_cast<amp::memory_kind>(k));
   r.peak_total = ctx.memory().peak_total();
   r.fp8 = examples::fp8_summary(model.parameters());
-  if (!s.export_to.empty())
+  if (!s.export_to.empty() && dist.leader())
     amp::io::export_safetensors(s.export_to, model.parameters(), amp::io::dtype::fp32, amp::io::hf_layout(model.net()));
-  if (s.sample > 0) r.sample = sample_text(model, s, c, s.sample, false);
+  if (s.sample > 0 && dist.leader()) r.sample = sample_text(model, s, c, s.sample, false);
   r.finished = true;
   return r;
 }
@@ -402,6 +418,7 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
   examples::Json j;
   j.object().field("program", "char_lm").field("amp_version", AMP_VERSION_STRING).field("complete", complete);
   j.field("device", device).field("device_details", details).field("epoch_name", "evaluation interval");
+  j.field("world_size", dist.ranks).field("global_batch_size", static_cast<long long>(s.batch * dist.ranks));
   j.key("data_files").array();
   for (const auto& f : c.files) j.value(f);
   j.end();
@@ -507,9 +524,11 @@ int main(int argc, char** argv) try {
       .flag("import", "", "start from weights in transformers' GPT2LMHeadModel layout (safetensors)", "FILE")
       .flag("json", "", "write the summary as JSON to FILE", "FILE")
       .flag("csv", "", "write every step (level, interval, step, loss, loss scale, skipped) to FILE", "FILE")
-      .toggle("graph", false, "capture the training step once and replay it per batch (a CUDA graph on the GPU)");
+      .toggle("graph", false, "capture the training step once and replay it per batch (a CUDA graph on the GPU)")
+      .toggle("distributed", false, "one rank of an MPI job (mpirun -np N ...); --batch-size is per rank");
   if (!args.parse(argc, argv)) return 0;
   examples::watch_interrupts();  // before any thread starts (see run.hpp)
+  if (args.on("distributed")) dist.start(argc, argv, "char_lm");
   Settings s;
   s.model.n_positions = args.integer("context", 2, 4096);
   s.model.n_layer = args.integer("layers", 1, 256);
@@ -544,7 +563,7 @@ int main(int argc, char** argv) try {
   s.save = args.str("save"), s.resume = args.str("resume");
   s.export_to = args.str("export"), s.import_from = args.str("import");
   s.save_interval = args.integer("save-interval", 0, 10'000'000);
-  s.threads = static_cast<int>(args.integer("threads", 0, 4096));
+  s.threads = dist.threads(static_cast<int>(args.integer("threads", 0, 4096)));  // distributed: the cores, shared out
   s.data = args.str("data");
   s.tty = isatty(fileno(stdout)) != 0;
   s.graph = args.on("graph");
@@ -557,11 +576,14 @@ int main(int argc, char** argv) try {
                 "'");
   AMP_REQUIRE(s.generate == 0 || !s.resume.empty() || !s.import_from.empty(),
               "--generate samples from a trained model: give --resume CHECKPOINT or --import FILE");
+  AMP_REQUIRE(s.generate == 0 || dist.ranks == 1, "--generate runs in one process, not under --distributed");
   AMP_REQUIRE(s.save_interval == 0 || !s.save.empty(), "--save-interval needs --save FILE");
   if (s.save_interval == 0) s.save_interval = s.steps;
   examples::Outputs outputs;
-  outputs.add("--json", args.str("json"));
-  outputs.add("--csv", args.str("csv"));
+  if (dist.leader()) {  // rank 0 writes them
+    outputs.add("--json", args.str("json"));
+    outputs.add("--csv", args.str("csv"));
+  }
   if (!s.save.empty()) amp::io::check_writable(s.save, "--save");
   if (!s.export_to.empty()) amp::io::check_writable(s.export_to, "--export");
 
@@ -573,19 +595,24 @@ int main(int argc, char** argv) try {
   if (!s.prompt.empty()) corpus.encode(s.prompt);  // a bad --prompt is refused now, not after training
   const char* unit = corpus.chars.empty() ? "tokens" : "characters";
   for (const auto* part : {&corpus.train, &corpus.val})
-    AMP_REQUIRE(static_cast<std::int64_t>(part->size()) > (part == &corpus.val ? s.eval_batches * s.batch : 1) +
+    AMP_REQUIRE(static_cast<std::int64_t>(part->size()) > (part == &corpus.val ? s.eval_batches * s.batch * dist.ranks : 1) +
                                                               s.model.n_positions + 1,
                 "the ", part == &corpus.val ? "validation" : "training", " text (", part->size(), " ", unit,
                 ") is too short for ", part == &corpus.val ? "--eval-batches " + std::to_string(s.eval_batches) + " x " : "",
                 "--batch-size ", s.batch, " windows of --context ", s.model.n_positions);
-  if (s.generate == 0)
+  if (s.generate == 0 && dist.leader())
     std::printf("char_lm: %zu files, %zu train / %zu validation %s, vocab %lld; %lld layers x %lld heads, width "
-              "%lld, context %lld, batch %lld, %lld steps\n",
+              "%lld, context %lld, batch %lld, %lld steps%s\n",
               corpus.files.size(), corpus.train.size(), corpus.val.size(), unit,
               static_cast<long long>(s.model.vocab_size), static_cast<long long>(s.model.n_layer),
               static_cast<long long>(s.model.n_head), static_cast<long long>(s.model.n_embd),
               static_cast<long long>(s.model.n_positions), static_cast<long long>(s.batch),
-              static_cast<long long>(s.steps));
+              static_cast<long long>(s.steps),
+              dist.ranks > 1 ? (", " + std::to_string(dist.ranks) + " ranks x batch " + std::to_string(s.batch) +
+                                " = global batch " + std::to_string(dist.ranks * s.batch) + ", " +
+                                std::to_string(std::max(s.threads, 1)) + " threads per rank")
+                                   .c_str()
+                             : "");
 
   std::string device, details;
   std::vector<LevelResult> results;
@@ -602,10 +629,11 @@ int main(int argc, char** argv) try {
         details = examples::device_details(ctx);
         s.attention_ran =
             s.model.attention == nn::attention_kernel::fused && amp::fused_attention<B>::value ? "fused" : "materialized";
-        LevelResult r = run_level<P>(ctx, s, corpus);
+        LevelResult r =
+            dist.with_collective(ctx, [&](amp::Collective<B>* comm) { return run_level<P>(ctx, s, corpus, comm); });
         if (r.finished && s.generate > 0) return;
         if (r.finished) {
-          if (!r.sample.empty()) std::printf("  %s sample: %s\n", r.level.c_str(), r.sample.c_str());
+          if (!r.sample.empty() && dist.leader()) std::printf("  %s sample: %s\n", r.level.c_str(), r.sample.c_str());
           results.push_back(std::move(r));
         }
       });
@@ -614,7 +642,8 @@ int main(int argc, char** argv) try {
     if (&level != &levels.back()) write_outputs(false);
   }
   if (s.generate > 0) return 0;
-  if (!results.empty()) print_tables(device, corpus, results);
+  if (!results.empty() && dist.leader())
+    print_tables(device + (dist.ranks > 1 ? ", rank 0 of " + std::to_string(dist.ranks) : ""), corpus, results);
   if (examples::interrupted()) {
     if (!results.empty()) write_outputs(false);
     std::printf("interrupted: kept the %zu finished level(s)\n", results.size());
@@ -623,6 +652,8 @@ int main(int argc, char** argv) try {
   write_outputs(true);
   return 0;
 } catch (const std::exception& e) {
-  std::fprintf(stderr, "char_lm: %s\n", e.what());
+  if (dist.ranks > 1) std::fprintf(stderr, "char_lm (rank %d of %d): %s\n", dist.rank, dist.ranks, e.what());
+  else std::fprintf(stderr, "char_lm: %s\n", e.what());
+  dist.abort_job();  // the other ranks stop too, instead of waiting for this one
   return 2;
 }

@@ -329,10 +329,10 @@ class FusedOptimizer {
         using Stored = typename Arena::stored_type;
         constexpr bool M = Arena::has_master;
         const std::size_t n = st.chunks.size();
-        const detail::ChunkNormsOp<Stored, Grad, Rule, M, Grouped, Values> norms{
+        const detail::ChunkPass<Stored, Grad, Rule, Values> a{
             st.arena->values().data, master, g, s1, s2, st.ids.data(), st.chunks.data(), st.sums.data(), rule_, values};
-        const detail::ChunkStepOp<Stored, Grad, Rule, M, Grouped, Values> step{
-            st.arena->values().data, master, g, s1, s2, st.ids.data(), st.chunks.data(), st.sums.data(), rule_, values};
+        const detail::ChunkNormsOp<Stored, Grad, Rule, M, Grouped, Values> norms{a};
+        const detail::ChunkStepOp<Stored, Grad, Rule, M, Grouped, Values> step{a};
         if constexpr (std::is_same_v<B, host>) {
           amp::detail::for_each_now(ctx_->threads(), n, amp::detail::RowAsItem<decltype(norms)>{norms}, tensor_chunk);
           amp::detail::for_each_now(ctx_->threads(), n, amp::detail::RowAsItem<decltype(step)>{step}, tensor_chunk);

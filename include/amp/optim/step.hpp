@@ -167,41 +167,45 @@ struct FusedStepOp {
   }
 };
 
-// Per-tensor rules, pass 1 (a row op per chunk): the chunk's sums of x^2 and
-// of the rule's direction u^2, the state left as it is (pass 2 recomputes u:
-// no buffer of directions, and one read fewer than storing them).
-template <class Param, class Grad, class Rule, bool Master, bool Grouped, class Values>
-struct ChunkNormsOp {
-  const Param* w;
-  const float* master;
+// What both passes of a per-tensor rule read and write.
+template <class Param, class Grad, class Rule, class Values>
+struct ChunkPass {
+  Param* w;
+  float* master;  // unused without master weights
   const Grad* g;
-  const float* s1;
-  const float* s2;
+  float* s1;
+  float* s2;
   const std::uint8_t* group;
   const TensorChunk* chunks;
   float* sums;  // per chunk: sum x^2, sum u^2
   Rule rule;
   Values values;
+};
+
+// Per-tensor rules, pass 1 (a row op per chunk): the chunk's sums of x^2 and
+// of the rule's direction u^2, the state left as it is (pass 2 recomputes u:
+// no buffer of directions, and one read fewer than storing them).
+template <class Param, class Grad, class Rule, bool Master, bool Grouped, class Values>
+struct ChunkNormsOp {
+  ChunkPass<Param, Grad, Rule, Values> a;
 
   template <class Lanes>
   AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
-    const StepValues& v = step_values(values);
+    const StepValues& v = step_values(a.values);
     if (v.skip) return;
-    const TensorChunk c = chunks[r];
-    const float wd = v.hp.wd[Grouped ? group[c.begin] : 0];
-    const float ww = lanes.sum(c.count, [&](std::int64_t j) {
-      const float x = Master ? master[c.begin + j] : cast<float>(w[c.begin + j]);
-      return x * x;
-    });
+    const TensorChunk c = a.chunks[r];
+    const float wd = v.hp.wd[Grouped ? a.group[c.begin] : 0];
+    const auto x = [&](std::size_t i) { return Master ? a.master[i] : cast<float>(a.w[i]); };
+    const float ww = lanes.sum(c.count, [&](std::int64_t j) { return x(c.begin + j) * x(c.begin + j); });
     const float uu = lanes.sum(c.count, [&](std::int64_t j) {
       const std::size_t i = c.begin + static_cast<std::size_t>(j);
-      float m = s1[i], s = s2[i];
-      const float u = rule.direction(Master ? master[i] : cast<float>(w[i]), cast<float>(g[i]) * v.coef, &m, &s, v, wd);
+      float m = a.s1[i], s = a.s2[i];
+      const float u = a.rule.direction(x(i), cast<float>(a.g[i]) * v.coef, &m, &s, v, wd);
       return u * u;
     });
     lanes.each(1, [&](std::int64_t) {
-      sums[2 * r] = ww;
-      sums[2 * r + 1] = uu;
+      a.sums[2 * r] = ww;
+      a.sums[2 * r + 1] = uu;
     });
   }
 };
@@ -210,32 +214,23 @@ struct ChunkNormsOp {
 // and per element the direction again (now writing the state) and the update.
 template <class Param, class Grad, class Rule, bool Master, bool Grouped, class Values>
 struct ChunkStepOp {
-  Param* w;
-  float* master;
-  const Grad* g;
-  float* s1;
-  float* s2;
-  const std::uint8_t* group;
-  const TensorChunk* chunks;
-  const float* sums;
-  Rule rule;
-  Values values;
+  ChunkPass<Param, Grad, Rule, Values> a;
 
   template <class Lanes>
   AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
-    const StepValues& v = step_values(values);
+    const StepValues& v = step_values(a.values);
     if (v.skip) return;
-    const TensorChunk c = chunks[r];
+    const TensorChunk c = a.chunks[r];
     float ww = 0.0f, uu = 0.0f;
-    for (std::uint32_t k = c.first; k < c.first + c.chunks; ++k) ww += sums[2 * k], uu += sums[2 * k + 1];
-    const int k = Grouped ? group[c.begin] : 0;
-    const float rate = rule.rate(sqrtf(ww), sqrtf(uu), v.hp.lr[k], v.hp.wd[k]);
+    for (std::uint32_t k = c.first; k < c.first + c.chunks; ++k) ww += a.sums[2 * k], uu += a.sums[2 * k + 1];
+    const int k = Grouped ? a.group[c.begin] : 0;
+    const float rate = a.rule.rate(sqrtf(ww), sqrtf(uu), v.hp.lr[k], v.hp.wd[k]);
     lanes.each(c.count, [&](std::int64_t j) {
       const std::size_t i = c.begin + static_cast<std::size_t>(j);
-      const float x = Master ? master[i] : cast<float>(w[i]);
-      const float y = x - rate * rule.direction(x, cast<float>(g[i]) * v.coef, s1 + i, s2 + i, v, v.hp.wd[k]);
-      if constexpr (Master) master[i] = y;
-      w[i] = cast<Param>(y);
+      const float x = Master ? a.master[i] : cast<float>(a.w[i]);
+      const float y = x - rate * a.rule.direction(x, cast<float>(a.g[i]) * v.coef, a.s1 + i, a.s2 + i, v, v.hp.wd[k]);
+      if constexpr (Master) a.master[i] = y;
+      a.w[i] = cast<Param>(y);
     });
   }
 };
