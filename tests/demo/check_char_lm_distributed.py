@@ -52,6 +52,11 @@ with tempfile.TemporaryDirectory() as tmp:
                  "--dropout", "0.1"])
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
         assert losses(csv_ckpt) == losses(csv_two), level
+    # Generation is one process's job.
+    r = run([*mpi, binary, *common, "--distributed", "--batch-size", "8", "--generate", "5", "--import", one_json,
+             "--opt-level", "O0"],
+            timeout=120)
+    assert r.returncode != 0 and "--generate runs in one process, not under --distributed" in r.stderr, r.stderr[-2000:]
     # A bad flag on the ranks: the job ends with the message, no hang.
     r = run([*mpi, binary, *common, "--distributed", "--batch-size", "8", "--width", "66"], timeout=120)
     assert r.returncode != 0 and "--width (66) must be a multiple of --heads (4)" in r.stderr, r.stderr[-2000:]

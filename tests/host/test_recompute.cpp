@@ -162,6 +162,25 @@ struct Misused {
 };
 }  // namespace
 
+namespace {
+template <class P, class B>
+struct Identity {
+  using T = typename P::activation_type;
+  nn::Linear<P, B> a;
+  explicit Identity(nn::Builder<P, B> bld) : a(bld.child("a"), {.in_features = 4, .out_features = 4}) {}
+  std::vector<nn::Input> default_inputs() const { return {{Shape{4}}}; }
+  nn::Var<T> forward(nn::Graph<P, B>& g, nn::Var<T> x) {
+    return nn::checkpoint(g, [](nn::Graph<P, B>&, nn::Var<T> h) { return h; }, a(g, x));
+  }
+};
+}  // namespace
+
+TEST_CASE("checkpointing refuses a block that returns its input") {
+  Context<host> ctx;
+  CHECK_THROWS_WITH_AS((nn::Model<O0Policy, host, Identity<O0Policy, host>>(ctx, {.max_batch = 2})),
+                       doctest::Contains("checkpoint: the block returned its input"), Error);
+}
+
 TEST_CASE("checkpointing refuses a block that reads another outside tensor (when the model is built)") {
   Context<host> ctx;
   CHECK_THROWS_WITH_AS((nn::Model<O0Policy, host, Misused<O0Policy, host>>(ctx, {.max_batch = 2})),
