@@ -47,19 +47,21 @@ using Cnn = amp::nn::Sequential<P, B, amp::nn::Conv2d, amp::nn::BatchNorm2d, amp
                                 amp::nn::Flatten, amp::nn::Linear, amp::nn::Linear>;
 
 template <amp::Policy P, amp::Backend B>
-Mlp<P, B> make_mlp(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed) {
+Mlp<P, B> make_mlp(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed, amp::nn::Shard shard = {}) {
   using amp::activation;
-  return Mlp<P, B>(ctx, {.max_batch = batch, .seed = seed}, {.in_features = 784, .out_features = 256, .act = activation::relu},
+  return Mlp<P, B>(ctx, {.max_batch = batch, .seed = seed, .shard = shard}, {.in_features = 784, .out_features = 256, .act = activation::relu},
                    {.in_features = 256, .out_features = 128, .act = activation::relu},
                    {.in_features = 128, .out_features = kClasses});
 }
 
-// sync: SyncBatchNorm's communicator (nullptr: BatchNorm over this process's batch).
+// sync: SyncBatchNorm's communicator (nullptr: BatchNorm over this process's batch);
+// shard: this rank's ZeRO-1 shard (--zero 1).
 template <amp::Policy P, amp::Backend B>
-Cnn<P, B> make_cnn(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed, amp::Collective<B>* sync = nullptr) {
+Cnn<P, B> make_cnn(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed, amp::Collective<B>* sync = nullptr,
+                   amp::nn::Shard shard = {}) {
   using amp::activation;
   constexpr auto torch_init = amp::nn::initializer::torch_default;  // the PyTorch recipe starts as PyTorch does
-  return Cnn<P, B>(ctx, {.max_batch = batch, .seed = seed, .inputs = {{amp::Shape{28, 28, 1}}}},
+  return Cnn<P, B>(ctx, {.max_batch = batch, .seed = seed, .inputs = {{amp::Shape{28, 28, 1}}}, .shard = shard},
                    {.in_channels = 1, .out_channels = 32, .kernel = 3, .padding = 1, .init = torch_init},
                    {.features = 32, .sync = sync}, {}, {.kernel = 2},
                    {.in_channels = 32, .out_channels = 64, .kernel = 3, .padding = 1, .init = torch_init},
@@ -76,6 +78,7 @@ struct Settings {
   int epochs = 0, threads = 0;
   std::uint64_t seed = 0;
   bool tty = false, graph = false;
+  bool zero = false;  // --zero 1: ZeRO stage 1 under --distributed
 };
 
 struct StepLog {
@@ -240,9 +243,10 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
       return Opt(model.parameters(), {.lr = s.lr});
   }();
 #if defined(AMP_EXAMPLE_PARALLEL)
-  // Rank 0's weights to every rank; gradients summed over the ranks before each step's check.
+  // Rank 0's weights to every rank (--zero 1: every rank starts alike); gradients summed over the ranks before
+  // each step's check (--zero 1: each rank's shard to it, its masters and moments stepped there, then gathered).
   std::optional<amp::parallel::DataParallel<Opt>> ddp;
-  if (comm) ddp.emplace(*comm, opt);
+  if (comm) ddp.emplace(*comm, opt, amp::parallel::DataParallelOptions{.zero = s.zero ? 1 : 0});
 #endif
   const amp::data::Layout layout = s.model == "cnn" ? amp::data::Layout::image : amp::data::Layout::flat;
   // Each rank its shard of every global batch of batch x ranks samples.
@@ -320,9 +324,9 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
                 s.tty ? "\r" : "", r.level.c_str(), epoch, s.epochs, secs, train_data.size() / secs, e.train_loss,
                 e.test_accuracy, e.skipped, e.skipped_total, s.tty ? "   " : "");
     std::fflush(stdout);
-    if (!s.save.empty() && dist.leader()) amp::io::save(s.save, model, opt, run_state(s, r, train_data));
+    if (!s.save.empty() && (dist.leader() || s.zero)) amp::io::save(s.save, model, opt, run_state(s, r, train_data));
   }
-  if (!s.export_to.empty() && dist.leader()) amp::io::export_safetensors(s.export_to, model.parameters());
+  if (!s.export_to.empty() && (dist.leader() || s.zero)) amp::io::export_safetensors(s.export_to, model.parameters());
   r.host_syncs_in_loop = loop.syncs(), r.allocations_in_loop = loop.allocations();
   r.pageable_copies_in_loop = loop.pageable_copies();
   r.launches_per_step = graph ? static_cast<long long>(graph->launches_per_step()) : loop.launches();
@@ -352,11 +356,12 @@ LevelResult run_model(amp::Context<B>& ctx, Model& model, const amp::data::Label
 template <amp::Policy P, amp::Backend B>
 LevelResult run_level(amp::Context<B>& ctx, const amp::data::LabelledImages& tr, const amp::data::LabelledImages& te,
                       const Settings& s, amp::Collective<B>* comm) {
+  const amp::nn::Shard shard = s.zero ? amp::nn::Shard{dist.rank, dist.ranks} : amp::nn::Shard{};
   if (s.model == "cnn") {
-    auto model = make_cnn<P>(ctx, s.batch, s.seed, comm);  // SyncBatchNorm when distributed
+    auto model = make_cnn<P>(ctx, s.batch, s.seed, comm, shard);  // SyncBatchNorm when distributed
     return run_model<P>(ctx, model, tr, te, s, comm);
   }
-  auto model = make_mlp<P>(ctx, s.batch, s.seed);
+  auto model = make_mlp<P>(ctx, s.batch, s.seed, shard);
   return run_model<P>(ctx, model, tr, te, s, comm);
 }
 
@@ -429,7 +434,7 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
                     std::int64_t train_images, const std::vector<LevelResult>& results, bool complete) {
   examples::Json j;
   j.object().field("program", "fashion_mnist").field("amp_version", AMP_VERSION_STRING).field("complete", complete);
-  j.field("world_size", dist.ranks);
+  j.field("world_size", dist.ranks).field("zero", s.zero ? 1 : 0);
   j.field("device", device).field("device_details", details);
   j.key("settings").object().field("model", s.model).field("optimizer", s.optimizer).field("lr", s.lr);
   j.field("schedule", s.schedule).field("momentum", s.optimizer == "sgd" ? s.momentum : 0.0f);
@@ -521,7 +526,9 @@ int main(int argc, char** argv) try {
       .flag("import", "", "start from the weights in a safetensors FILE (e.g. from PyTorch)", "FILE")
       .toggle("summary", false, "print each level's parameters with their storage types")
       .toggle("graph", false, "capture the training step once and replay it per batch (a CUDA graph on the GPU)")
-      .toggle("distributed", false, "one rank of an MPI job (mpirun -np N ...); --batch-size is per rank");
+      .toggle("distributed", false, "one rank of an MPI job (mpirun -np N ...); --batch-size is per rank")
+      .flag("zero", "0", "ZeRO stage under --distributed: 1 = each rank keeps the fp32 masters and optimizer state of "
+            "1/ranks of the parameters", "0|1");
   if (!args.parse(argc, argv)) return 0;
   examples::watch_interrupts();  // before any thread starts (see run.hpp)
   if (args.on("distributed")) dist.start(argc, argv, "fashion_mnist");
@@ -546,6 +553,8 @@ int main(int argc, char** argv) try {
   s.data = args.str("data");
   s.tty = isatty(fileno(stdout)) != 0;
   s.graph = args.on("graph");
+  s.zero = args.integer("zero", 0, 1) == 1;
+  AMP_REQUIRE(!s.zero || args.on("distributed"), "--zero 1 shards over the ranks of --distributed yes");
   const auto levels = examples::parse_levels(args.str("opt-level"));
   s.save = args.str("save"), s.resume = args.str("resume"), s.export_to = args.str("export");
   s.import_from = args.str("import");

@@ -137,6 +137,7 @@ struct Settings {
   nn::Sampling sampling{};
   bool tty = false, graph = false;
   bool fused_loss = true;  // the logits' memory takes their gradient (nn/fused_cross_entropy.hpp)
+  bool zero = false;       // --zero 1: ZeRO stage 1 under --distributed
   std::string attention_ran;  // the kernel the device ran: fused falls back to materialized where it has none
 };
 
@@ -258,9 +259,13 @@ template <amp::Policy P, amp::Backend B>
 LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, amp::Collective<B>* comm) {
   LevelResult r;
   r.level = std::string(amp::policy_name<P>());
-  // Each rank its own dropout masks (the seed also initialises, but data parallel sends rank 0's weights).
-  const std::uint64_t seed = s.seed + static_cast<std::uint64_t>(dist.rank) * 0x9E3779B97F4A7C15ull;
-  nn::Model<P, B, nn::GPT2<P, B>> model(ctx, {.max_batch = s.batch, .seed = seed, .fused_loss = s.fused_loss}, s.model);
+  // One set of initial weights on every rank, each rank its own dropout masks;
+  // --zero 1: each rank keeps the masters and AdamW's moments of its shard.
+  const std::uint64_t dropout_seed = s.seed + static_cast<std::uint64_t>(dist.rank) * 0x9E3779B97F4A7C15ull;
+  const nn::Shard shard = s.zero ? nn::Shard{dist.rank, dist.ranks} : nn::Shard{};
+  nn::Model<P, B, nn::GPT2<P, B>> model(
+      ctx, {.max_batch = s.batch, .seed = s.seed, .dropout_seed = dropout_seed, .fused_loss = s.fused_loss, .shard = shard},
+      s.model);
   // AdamW as GPT-2 trains: no decay on biases and norms, warm-up then cosine, clipping.
   amp::optim::AdamW<P, B> opt(model.parameters(),
                               {.lr = s.lr, .beta2 = 0.99f, .weight_decay = s.weight_decay, .max_grad_norm = s.clip,
@@ -277,7 +282,7 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, 
 #if defined(AMP_EXAMPLE_PARALLEL)
   // Rank 0's weights to every rank; gradients summed over the ranks before each step's check.
   std::optional<amp::parallel::DataParallel<decltype(opt)>> ddp;
-  if (comm) ddp.emplace(*comm, opt);
+  if (comm) ddp.emplace(*comm, opt, amp::parallel::DataParallelOptions{.zero = s.zero ? 1 : 0});
 #else
   (void)comm;
 #endif
@@ -311,7 +316,8 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, 
   double interval = 0;  // training seconds since the last evaluation
   for (std::int64_t step = first; step < s.steps; ++step) {
     if (examples::interrupted()) {  // between steps: a checkpoint of the steps done, if asked for
-      if (!s.save.empty() && step > first && dist.leader()) {
+      // (Under --zero 1 a save takes every rank, which a signal does not reach at one step: the last periodic one stands.)
+      if (!s.save.empty() && step > first && dist.leader() && !s.zero) {
         amp::io::save(s.save, model, opt, checkpoint_extras(s, c, step));
         std::printf("\ninterrupted: saved %s at step %lld (--resume continues from it)\n", s.save.c_str(),
                     static_cast<long long>(step));
@@ -354,7 +360,8 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, 
                     s.tty ? "          " : "");
       std::fflush(stdout);
     }
-    if (save_now && dist.leader()) amp::io::save(s.save, model, opt, checkpoint_extras(s, c, step + 1));
+    // --zero 1: every rank saves (the shards gather on rank 0, which writes).
+    if (save_now && (dist.leader() || s.zero)) amp::io::save(s.save, model, opt, checkpoint_extras(s, c, step + 1));
     if (eval_now || save_now) start = Clock::now();
   }
   r.host_syncs_in_loop = loop.syncs(), r.allocations_in_loop = loop.allocations();
@@ -375,7 +382,7 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, 
     r.peak[k] = ctx.memory().peak(static_cast<amp::memory_kind>(k));
   r.peak_total = ctx.memory().peak_total();
   r.fp8 = examples::fp8_summary(model.parameters());
-  if (!s.export_to.empty() && dist.leader())
+  if (!s.export_to.empty() && (dist.leader() || s.zero))
     amp::io::export_safetensors(s.export_to, model.parameters(), amp::io::dtype::fp32, amp::io::hf_layout(model.net()));
   if (s.sample > 0 && dist.leader()) r.sample = sample_text(model, s, c, s.sample, false);
   r.finished = true;
@@ -430,7 +437,7 @@ std::string to_json(const Settings& s, const std::string& device, const std::str
       .field("layers", static_cast<long long>(s.model.n_layer)).field("heads", static_cast<long long>(s.model.n_head))
       .field("width", static_cast<long long>(s.model.n_embd)).field("dropout", s.model.dropout)
       .field("attention", s.attention_ran).field("loss", s.fused_loss ? "fused" : "plain")
-      .field("checkpoint_blocks", s.model.checkpoint_blocks)
+      .field("checkpoint_blocks", s.model.checkpoint_blocks).field("zero", s.zero ? 1LL : 0LL)
       .field("batch_size", static_cast<long long>(s.batch)).field("steps", static_cast<long long>(s.steps))
       .field("lr", s.lr).field("min_lr", s.min_lr).field("warmup", static_cast<long long>(s.warmup))
       .field("weight_decay", s.weight_decay).field("clip", s.clip)
@@ -500,6 +507,8 @@ int main(int argc, char** argv) try {
       .toggle("checkpoint-blocks", false, "activation checkpointing: keep each block's input only and recompute its "
               "forward in backward (the same gradients, less memory, one more forward)")
       .flag("loss", "fused", "fused (the gradient written over the logits in the loss's pass) | plain", "KIND")
+      .flag("zero", "0", "ZeRO stage under --distributed: 1 = each rank keeps the fp32 masters and AdamW moments of "
+            "1/ranks of the parameters", "0|1")
       .flag("lr", "0.003", "peak learning rate (AdamW)", "X")
       .flag("min-lr", "0.0003", "learning rate at the end of the cosine decay", "X")
       .flag("warmup", "60", "linear warm-up steps", "N")
@@ -542,6 +551,8 @@ int main(int argc, char** argv) try {
               attention, "'");
   s.model.attention = attention == "fused" ? nn::attention_kernel::fused : nn::attention_kernel::materialized;
   s.model.checkpoint_blocks = args.on("checkpoint-blocks");
+  s.zero = args.integer("zero", 0, 1) == 1;
+  AMP_REQUIRE(!s.zero || args.on("distributed"), "--zero 1 shards over the ranks of --distributed yes");
   const std::string loss = args.str("loss");
   AMP_REQUIRE(loss == "fused" || loss == "plain", "--loss must be fused or plain, not '", loss, "'");
   s.fused_loss = loss == "fused";
@@ -610,7 +621,8 @@ int main(int argc, char** argv) try {
               static_cast<long long>(s.steps),
               dist.ranks > 1 ? (", " + std::to_string(dist.ranks) + " ranks x batch " + std::to_string(s.batch) +
                                 " = global batch " + std::to_string(dist.ranks * s.batch) + ", " +
-                                std::to_string(std::max(s.threads, 1)) + " threads per rank")
+                                std::to_string(std::max(s.threads, 1)) + " threads per rank" +
+                                (s.zero ? ", ZeRO-1" : ""))
                                    .c_str()
                              : "");
 

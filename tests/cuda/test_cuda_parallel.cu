@@ -4,7 +4,8 @@
 // data-parallel run (overlapped buckets, fp32-staged or not, SyncBatchNorm)
 // must match a plain run on the same GPU bit for bit. Under mpirun with more
 // GPUs each rank takes the GPU of its local rank and checks that every rank
-// holds the same bits.
+// holds the same bits. ZeRO-1 (reduce per shard, statistics all-gathered,
+// shards broadcast) must step as data parallel without it, bit for bit.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
@@ -26,8 +27,8 @@ constexpr std::int64_t features = 8, classes = 3, rows = 16;
 template <Policy P>
 using Net = nn::Sequential<P, amp::cuda, nn::Linear, nn::BatchNorm1d, nn::ReLU, nn::Linear>;
 template <Policy P>
-Net<P> make_net(Context<amp::cuda>& ctx, Collective<amp::cuda>* sync) {
-  return Net<P>(ctx, {.max_batch = rows, .seed = 4}, {.in_features = features, .out_features = 32},
+Net<P> make_net(Context<amp::cuda>& ctx, Collective<amp::cuda>* sync, nn::Shard shard = {}) {
+  return Net<P>(ctx, {.max_batch = rows, .seed = 4, .shard = shard}, {.in_features = features, .out_features = 32},
                 {.features = 32, .sync = sync}, {}, {.in_features = 32, .out_features = classes});
 }
 
@@ -38,8 +39,8 @@ int local_gpu() {
   return local && count > 0 ? std::atoi(local) % count : 0;
 }
 
-template <Policy P>
-void train_steps(Context<amp::cuda>& ctx, Net<P>& net, optim::SGD<P, amp::cuda>& opt, int steps) {
+template <Policy P, class Opt>
+void train_steps(Context<amp::cuda>& ctx, Net<P>& net, Opt& opt, int steps) {
   const auto x = test::random_values<float>(rows * features, 7);
   std::vector<std::int32_t> labels(rows);
   for (std::int64_t r = 0; r < rows; ++r) labels[r] = x[r * features] > 0 ? 1 : (x[r * features + 1] > 0 ? 2 : 0);
@@ -90,6 +91,34 @@ TEST_CASE_TEMPLATE("NCCL data parallel on the GPU matches a plain run on it", P,
       CHECK(differ == 0);
     }
   }
+}
+
+TEST_CASE_TEMPLATE("NCCL ZeRO-1 on the GPU steps as data parallel without it", P, O0Policy, O2Policy, O2BF16Policy) {
+  AMP_REQUIRE_GPU();
+  Context<amp::cuda> ctx(local_gpu());
+  if (const auto reason = unsupported_reason<P>(ctx.capability())) {
+    std::cout << "[amp-skip] " << *reason << std::endl;
+    return;
+  }
+  parallel::NcclCommunicator nccl(*world, ctx);
+  using AdamW = optim::AdamW<P, amp::cuda>;
+  const optim::AdamOptions options{.lr = 0.01f, .weight_decay = 0.1f, .max_grad_norm = 0.05f};
+  auto zero = make_net<P>(ctx, &nccl, {world->rank(), world->size()});
+  auto plain = make_net<P>(ctx, &nccl);
+  AdamW zopt(zero.parameters(), options), popt(plain.parameters(), options);
+  parallel::DataParallel zddp(nccl, zopt, {.bucket_bytes = 256, .zero = 1});
+  parallel::DataParallel pddp(nccl, popt, {.bucket_bytes = 256});
+  train_steps(ctx, zero, zopt, 6);
+  train_steps(ctx, plain, popt, 6);
+  nccl.synchronize(std::chrono::seconds(60));
+  CHECK(zopt.applied_steps() == 6);
+  using S = typename P::param_type;
+  const auto& zw = zero.parameters().template arena<nn::role::weight>();
+  const auto& pw = plain.parameters().template arena<nn::role::weight>();
+  const auto a = download(ctx, Span<const S>(zw.values())), b = download(ctx, Span<const S>(pw.values()));
+  CHECK(test::fnv1a(a.data(), a.size() * sizeof(S)) == test::fnv1a(b.data(), b.size() * sizeof(S)));
+  CHECK(download(ctx, Span<const float>(zopt.template state_buffer<nn::role::weight>(1))) ==
+        download(ctx, Span<const float>(popt.template state_buffer<nn::role::weight>(1).subspan(zw.shard_begin(), zw.shard_count()))));
 }
 
 int main(int argc, char** argv) {

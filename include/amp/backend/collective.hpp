@@ -55,8 +55,15 @@ class Collective {
   virtual void finish(Context<B>& ctx) = 0;
   // Lets started reductions progress (engines that move data only inside their calls).
   virtual void progress() {}
+  // data[0, count) on root becomes the sum over ranks (elsewhere unchanged),
+  // started now and landed by finish(): ZeRO-1 sends each gradient to the
+  // rank that keeps its shard.
+  virtual void start_reduce_sum(Context<B>& ctx, void* data, std::size_t count, element type, int root) = 0;
   // root's bytes to every rank.
   virtual void broadcast(Context<B>& ctx, void* data, std::size_t bytes, int root) = 0;
+  // data holds size() slots of `bytes` each; rank r's slot r goes to every rank
+  // (ZeRO-1's ranks share their gradient statistics).
+  virtual void all_gather(Context<B>& ctx, void* data, std::size_t bytes) = 0;
   // One host value from every rank: result[r] is rank r's (set-up checks).
   virtual std::vector<std::int64_t> all_gather(std::int64_t value) = 0;
 

@@ -22,6 +22,12 @@
 // restores every bit; into another, each parameter's fp32 value (the master
 // where there was one) is set and rounded once: O0 -> O2 gives masters equal to
 // the fp32 values and fp16 copies of them, O2 -> O0 takes the masters.
+//
+// ZeRO-1 (a model built with a shard, under DataParallel with zero = 1): every
+// rank calls save(); the masters and optimizer state are gathered, tensor by
+// tensor, to rank 0, which writes the one-process format. Every rank calls
+// load() on the same file and takes its shard. So a sharded run resumes on the
+// same rank count, and its checkpoint loads into one process (and back).
 #include <algorithm>
 #include <cstdint>
 #include <sstream>
@@ -61,11 +67,13 @@ void put_group_tensor(Archive& a, const Store& store, const Group& g, const nn::
   using S = typename Group::stored_type;
   std::vector<std::uint64_t> shape;
   for (int i = 0; i < p.shape.rank(); ++i) shape.push_back(static_cast<std::uint64_t>(p.shape[i]));
-  const auto values = download(store.context(), Span<const S>(g.values().subspan(p.offset, p.count)));
-  a.put("param." + p.name, dtype_of<S>(), shape, values.data(), values.size());
+  if (store.shard().rank == 0) {
+    const auto values = download(store.context(), Span<const S>(g.values().subspan(p.offset, p.count)));
+    a.put("param." + p.name, dtype_of<S>(), shape, values.data(), values.size());
+  }
   if constexpr (Group::has_master) {
-    const auto master = download(store.context(), Span<const float>(g.master().subspan(p.offset, p.count)));
-    a.put("master." + p.name, dtype::fp32, shape, master.data(), master.size());
+    const auto master = store.shard_part_on_root(g.master(), g.shard_begin(), p);
+    if (store.shard().rank == 0) a.put("master." + p.name, dtype::fp32, shape, master.data(), master.size());
   }
 }
 
@@ -106,12 +114,16 @@ inline std::string meta_value(const std::string& meta, const std::string& key) {
 }
 }  // namespace detail
 
-// Writes model, optimizer (with its scaler) and the caller's extras to `path`, atomically.
+// Writes model, optimizer (with its scaler) and the caller's extras to `path`,
+// atomically. Under ZeRO-1 every rank calls it and rank 0 writes.
 template <class Model, class Optimizer>
 void save(const std::string& path, Model& model, Optimizer& opt, const Archive& extra = {}) {
   using P = typename Model::policy;
   auto& store = model.parameters();
   const std::size_t slot = detail::store_index(opt, store);
+  const bool writer = store.shard().rank == 0;
+  AMP_REQUIRE(!store.sharded() || store.shard_collective(), "checkpoint: the model is sharded (ZeRO-1): save it while "
+              "its DataParallel (zero = 1) lives, on every rank");
   Archive a;
   std::ostringstream meta;
   meta << "format=" << Archive::version << "\namp_version=" << AMP_VERSION_STRING << "\npolicy=" << policy_name<P>()
@@ -131,10 +143,14 @@ void save(const std::string& path, Model& model, Optimizer& opt, const Archive& 
   for (int k = 0; k < Optimizer::state_buffers; ++k)
     for (const auto& p : store.table()) {
       if (p.kind == nn::role::buffer) continue;
-      const Span<float> s = p.kind == nn::role::weight ? opt.template state_buffer<nn::role::weight>(k, slot)
-                                                       : opt.template state_buffer<nn::role::norm>(k, slot);
-      const auto v = download(store.context(), Span<const float>(s.subspan(p.offset, p.count)));
-      a.put("optim." + std::to_string(k) + "." + p.name, dtype::fp32, detail::dims_of(p.shape), v.data(), v.size());
+      const bool w = p.kind == nn::role::weight;
+      const Span<float> s = w ? opt.template state_buffer<nn::role::weight>(k, slot)
+                              : opt.template state_buffer<nn::role::norm>(k, slot);
+      const std::size_t begin = w ? store.template arena<nn::role::weight>().shard_begin()
+                                  : store.template arena<nn::role::norm>().shard_begin();
+      const auto v = store.shard_part_on_root(s, begin, p);
+      if (writer)
+        a.put("optim." + std::to_string(k) + "." + p.name, dtype::fp32, detail::dims_of(p.shape), v.data(), v.size());
     }
   const auto st = opt.state();
   a.put_int64("optim.step", std::vector<std::int64_t>{st.t, opt.steps()});
@@ -157,11 +173,21 @@ void save(const std::string& path, Model& model, Optimizer& opt, const Archive& 
     a.put_int64("fp8.position", std::vector<std::int64_t>{position[0]});
   }
   for (const auto& [name, r] : extra.records()) a.put("extra." + name, r.type, r.shape, r.payload.data(), r.payload.size());
-  write_file(path, a.serialize());
+  if (!store.sharded()) return write_file(path, a.serialize());
+  // ZeRO-1: rank 0 writes; every rank returns once the file is there (or with rank 0's error).
+  std::string failure;
+  if (writer) try {
+      write_file(path, a.serialize());
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  const auto written = store.shard_collective()->all_gather(failure.empty() ? 1 : 0);
+  AMP_REQUIRE(written[0] == 1, "checkpoint: rank 0 could not write '", path, "'", failure.empty() ? "" : ": " + failure);
 }
 
 // Restores what save() wrote; returns the extras. Nothing changes unless the
-// whole file is sound and fits the model and optimizer.
+// whole file is sound and fits the model and optimizer. Under ZeRO-1 every
+// rank loads the file and keeps its shard of the masters and state.
 template <class Model, class Optimizer>
 Archive load(const std::string& path, Model& model, Optimizer& opt) {
   using P = typename Model::policy;
@@ -244,16 +270,25 @@ Archive load(const std::string& path, Model& model, Optimizer& opt) {
       using S = typename Group::stored_type;
       if (!same_policy || stored.type != detail::dtype_of<S>() || Group::has_master != (master != nullptr)) return false;
       upload(ctx, group.values().subspan(p.offset, p.count), stored.values<S>());
-      if constexpr (Group::has_master) upload(ctx, group.master().subspan(p.offset, p.count), master->values<float>());
+      if constexpr (Group::has_master)
+        if (const nn::Part q = store.part(p); q.size())
+          upload(ctx, group.master().subspan(p.offset + q.begin - group.shard_begin(), q.size()),
+                 master->values<float>().data() + q.begin, q.size());
       return true;
     };
     const bool restored = p.kind == nn::role::weight ? exact(store.template arena<nn::role::weight>())
                                                      : exact(store.template arena<nn::role::norm>());
     if (!restored) store.set_values(index, detail::as_fp32(master ? *master : stored));  // a policy conversion
+    const nn::Part q = store.part(p);  // ZeRO-1: the elements in this rank's shard
+    if (!q.size()) continue;
+    const bool w = p.kind == nn::role::weight;
+    const std::size_t begin = w ? store.template arena<nn::role::weight>().shard_begin()
+                                : store.template arena<nn::role::norm>().shard_begin();
     for (int k = 0; k < Optimizer::state_buffers; ++k) {
-      const Span<float> s = p.kind == nn::role::weight ? opt.template state_buffer<nn::role::weight>(k, slot)
-                                                       : opt.template state_buffer<nn::role::norm>(k, slot);
-      upload(ctx, s.subspan(p.offset, p.count), detail::as_fp32(*a.find("optim." + std::to_string(k) + "." + p.name)));
+      const Span<float> s = w ? opt.template state_buffer<nn::role::weight>(k, slot)
+                              : opt.template state_buffer<nn::role::norm>(k, slot);
+      const auto v = detail::as_fp32(*a.find("optim." + std::to_string(k) + "." + p.name));
+      upload(ctx, s.subspan(p.offset + q.begin - begin, q.size()), v.data() + q.begin, q.size());
     }
   }
   store.mark_updated();

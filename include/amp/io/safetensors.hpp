@@ -182,7 +182,8 @@ inline std::vector<float> transposed(const std::vector<float>& v, std::int64_t r
 }
 }  // namespace detail
 
-// Writes every parameter and buffer of `store` to `path` (atomically), as fp32, fp16 or bf16.
+// Writes every parameter and buffer of `store` to `path` (atomically), as fp32, fp16 or bf16
+// (the masters where the policy keeps them). ZeRO-1: every rank calls it and rank 0 writes.
 template <Policy P, Backend B>
 void export_safetensors(const std::string& path, const nn::ParameterStore<P, B>& store, dtype as = dtype::fp32,
                         const TensorLayout& layout = {}) {
@@ -208,9 +209,11 @@ void export_safetensors(const std::string& path, const nn::ParameterStore<P, B>&
               "], \"data_offsets\": [" + std::to_string(begin) + ", " + std::to_string(data.size()) + "]}";
   };
   const auto& table = store.table();
+  const bool writer = store.shard().rank == 0;  // ZeRO-1: every rank calls, the masters gather on rank 0
   for (std::size_t i = 0; i < table.size(); ++i) {
     const nn::ParamInfo& p = table[i];
-    std::vector<float> v = store.get_values(static_cast<int>(i));
+    std::vector<float> v = store.values_on_root(static_cast<int>(i));
+    if (!writer) continue;
     const Shape shape = detail::file_shape(p, layout);
     if (detail::stored_transposed(p, layout)) v = detail::transposed(v, p.shape[0], p.shape[1]);
     const dtype t = detail::is_counter(p) ? dtype::int64 : p.kind == nn::role::buffer ? dtype::fp32 : as;
@@ -218,6 +221,7 @@ void export_safetensors(const std::string& path, const nn::ParameterStore<P, B>&
     for (const auto& [alias, of] : layout.aliases)
       if (of == p.name) write(alias, shape, v, t);
   }
+  if (!writer) return;
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');  // the data starts 8-byte aligned, as safetensors writes it
   const std::uint64_t length = header.size();

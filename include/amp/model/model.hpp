@@ -7,6 +7,7 @@
 // and copies each input into the graph (values converted to activation_type
 // once, as Apex's O2 casts inputs), so a training step allocates nothing.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -50,7 +51,11 @@ inline Input indices(Shape sample) { return {sample, true}; }
 
 struct ModelOptions {
   std::int64_t max_batch = 128;
-  std::uint64_t seed = 0;
+  std::uint64_t seed = 0;  // the initial values, and the dropout masks unless dropout_seed is set
+  // The dropout masks' stream apart from the initial values: data-parallel
+  // ranks draw their own masks from one set of initial weights (ZeRO-1 needs the
+  // ranks to start alike, as no rank holds every master to send).
+  std::optional<std::uint64_t> dropout_seed = {};
   // Forwards of the largest batch that one iteration may hold before its
   // backward (a GAN's discriminator on the real and the fake batch: 2). The
   // activation memory is planned for this many.
@@ -60,6 +65,9 @@ struct ModelOptions {
   // separate gradient is planned for them (another loss still works, from
   // memory taken at its first iteration).
   bool fused_loss = false;
+  // ZeRO-1: this process keeps the fp32 masters (and its optimizer the state)
+  // of shard `rank` of `ranks` only; train under parallel::DataParallel with zero = 1.
+  Shard shard = {};
 };
 
 namespace detail {
@@ -100,13 +108,13 @@ class Model {
         options_(check(std::move(options))),
         store_(ctx),
         net_(Builder<P, B>(store_), std::forward<Args>(args)...),
-        graph_(ctx, store_, options_.seed) {
+        graph_(ctx, store_, options_.dropout_seed.value_or(options_.seed)) {
     if constexpr (std::is_same_v<B, cuda>) ctx.template require<P>();
     if (options_.inputs.empty()) {
       if constexpr (requires { net_.default_inputs(); }) options_.inputs = net_.default_inputs();
       AMP_REQUIRE(!options_.inputs.empty(), "Model: ModelOptions::inputs must give the shape of each input sample");
     }
-    store_.allocate();
+    store_.allocate(options_.shard);
     store_.initialize(options_.seed);
     plan();
   }

@@ -7,6 +7,11 @@
 // convolution consumes. Blocks are padded to a common multiple, so offset i is
 // the same parameter in every arena of its role, and the overflow check and the
 // optimizer step are flat passes.
+//
+// ZeRO-1 (a Shard of several ranks): this process keeps the fp32 masters of
+// its shard [shard_begin, shard_end) of each role only, an even 1/ranks cut
+// at 128-element blocks (or whole tensors); values and gradients stay whole
+// (every rank runs the whole model).
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -15,8 +20,10 @@
 
 #include "amp/backend/algorithm.hpp"
 #include "amp/backend/buffer.hpp"
+#include "amp/backend/collective.hpp"
 #include "amp/model/fp8_state.hpp"
 #include "amp/model/init.hpp"
+#include "amp/model/shard.hpp"
 #include "amp/policy.hpp"
 #include "amp/tensor.hpp"
 
@@ -98,14 +105,14 @@ class RoleArena {
   static constexpr bool caches_conv =
       R == role::weight && !std::is_same_v<stored_type, conv_type> && !std::is_same_v<gemm_type, conv_type>;
 
-  void allocate(Context<B>& ctx, std::size_t count) {
-    count_ = count;
+  void allocate(Context<B>& ctx, std::size_t count, std::size_t shard_begin, std::size_t shard_end) {
+    count_ = count, shard_begin_ = shard_begin, shard_end_ = shard_end;
     values_ = Buffer<stored_type, B>(ctx, count, memory_kind::weights);
     grads_ = Buffer<grad_type, B>(ctx, count, memory_kind::grads);
     fill(ctx, values_.span(), cast<stored_type>(0.0f));
     fill(ctx, grads_.span(), cast<grad_type>(0.0f));
     if constexpr (has_master) {
-      master_ = Buffer<float, B>(ctx, count, memory_kind::master);
+      master_ = Buffer<float, B>(ctx, shard_end - shard_begin, memory_kind::master);
       fill(ctx, master_.span(), 0.0f);
     }
     if constexpr (caches_gemm) gemm_cache_ = Buffer<gemm_type, B>(ctx, count, memory_kind::weights);
@@ -114,8 +121,13 @@ class RoleArena {
 
   // Elements in each arena, padding included (padding stays zero everywhere).
   std::size_t count() const { return count_; }
+  // The elements this process updates: all, or its ZeRO-1 shard.
+  std::size_t shard_begin() const { return shard_begin_; }
+  std::size_t shard_end() const { return shard_end_; }
+  std::size_t shard_count() const { return shard_end_ - shard_begin_; }
   Span<stored_type> values() const { return values_.span(); }
   Span<grad_type> grads() const { return grads_.span(); }
+  // The fp32 masters of the shard: element k is element shard_begin() + k of the role.
   Span<float> master() const {
     if constexpr (has_master) return master_.span();
     else return {};
@@ -149,7 +161,7 @@ class RoleArena {
     return cache.span();
   }
 
-  std::size_t count_ = 0;
+  std::size_t count_ = 0, shard_begin_ = 0, shard_end_ = 0;
   Buffer<stored_type, B> values_;
   Buffer<grad_type, B> grads_;
   Buffer<float, B> master_;
@@ -183,10 +195,17 @@ class ParameterStore {
   }
 
   // The arenas, once every parameter is declared; values start at zero.
-  void allocate() {
+  // With a shard of several ranks, masters only for this rank's shard.
+  void allocate(Shard shard = {}) {
     AMP_REQUIRE(!allocated_, "ParameterStore::allocate: already allocated");
-    weights_.allocate(*ctx_, weight_count_);
-    norms_.allocate(*ctx_, norm_count_);
+    AMP_REQUIRE(shard.ranks >= 1 && shard.rank >= 0 && shard.rank < shard.ranks, "ParameterStore: shard ", shard.rank,
+                " of ", shard.ranks, " ranks does not exist");
+    shard_ = shard;
+    weight_bounds_ = partition(role::weight, weight_count_, shard.ranks);
+    norm_bounds_ = partition(role::norm, norm_count_, shard.ranks);
+    const auto r = static_cast<std::size_t>(shard.rank);
+    weights_.allocate(*ctx_, weight_count_, weight_bounds_[r], weight_bounds_[r + 1]);
+    norms_.allocate(*ctx_, norm_count_, norm_bounds_[r], norm_bounds_[r + 1]);
     buffers_ = Buffer<float, B>(*ctx_, buffer_count_, memory_kind::weights);
     fill(*ctx_, buffers_.span(), 0.0f);
     fp8_.allocate(*ctx_);
@@ -217,7 +236,8 @@ class ParameterStore {
     mark_updated();
   }
 
-  // Parameter `index` as fp32: the master copy where there is one, else the stored values.
+  // Parameter `index` as fp32: the master copy where this process keeps one
+  // (with ZeRO-1: in its shard), else the stored values.
   std::vector<float> get_values(int index) const {
     const ParamInfo& p = table_.at(static_cast<std::size_t>(index));
     if (p.kind == role::weight) return download_values(weights_, p);
@@ -227,6 +247,55 @@ class ParameterStore {
 
   const std::vector<ParamInfo>& table() const { return table_; }
   Context<B>& context() const { return *ctx_; }
+
+  // --- ZeRO-1 -------------------------------------------------------------------------
+  const Shard& shard() const { return shard_; }
+  bool sharded() const { return shard_.ranks > 1; }
+  // Rank r's shard of role R: [shard_bounds<R>()[r], shard_bounds<R>()[r + 1]).
+  template <role R>
+  const std::vector<std::size_t>& shard_bounds() const {
+    return R == role::weight ? weight_bounds_ : norm_bounds_;
+  }
+  // The elements of parameter p in rank r's shard (all of them unsharded; every rank keeps buffers whole).
+  Part part(const ParamInfo& p, int r) const {
+    if (p.kind == role::buffer) return {0, p.count};
+    return part_in_shard(p.offset, p.count, p.kind == role::weight ? weight_bounds_ : norm_bounds_, r);
+  }
+  Part part(const ParamInfo& p) const { return part(p, shard_.rank); }
+  // This rank holds all of p (its masters, state, summed gradient).
+  bool owns(const ParamInfo& p) const { return part(p).size() == p.count; }
+  // The ranks' communicator while data parallel shards this store (checkpoints gather through it).
+  Collective<B>* shard_collective() const { return shard_collective_; }
+  void set_shard_collective(Collective<B>* c) { shard_collective_ = c; }
+  // Parameter p's part of an fp32 buffer over this rank's shard of its role
+  // (the masters, an optimizer moment; `begin`: the shard's first element),
+  // on rank 0; under ZeRO-1 sent by the rank that keeps it. Collective when
+  // sharded (every rank calls it); empty on the other ranks.
+  std::vector<float> shard_part_on_root(Span<float> shard, std::size_t begin, const ParamInfo& p) const {
+    if (!sharded()) return download(*ctx_, Span<const float>(shard.subspan(p.offset - begin, p.count)));
+    AMP_REQUIRE(shard_collective_, "parameter '", p.name, "': the model is sharded (ZeRO-1): gather it (a checkpoint, "
+                                   "an export) while its DataParallel (zero = 1) lives, on every rank");
+    Buffer<float, B> staging(*ctx_, p.count, memory_kind::workspace);  // the other ranks' parts
+    for (int r = 0; r < shard_.ranks; ++r) {
+      const Part q = part(p, r);
+      if (!q.size()) continue;
+      float* at = r == shard_.rank ? shard.data + (p.offset + q.begin - begin) : staging.data() + q.begin;
+      shard_collective_->broadcast(*ctx_, at, q.size() * sizeof(float), r);
+      if (r == shard_.rank && r == 0) ctx_->copy(staging.data() + q.begin, at, q.size() * sizeof(float));
+    }
+    if (shard_.rank != 0) return {};
+    return download(*ctx_, Span<const float>(staging.data(), p.count));
+  }
+  // get_values(index) on rank 0 with every master there: under ZeRO-1 from the
+  // rank that keeps it (collective, empty elsewhere); else get_values itself.
+  std::vector<float> values_on_root(int index) const {
+    const ParamInfo& p = table_.at(static_cast<std::size_t>(index));
+    if (sharded() && p.kind == role::weight && RoleArena<P, B, role::weight>::has_master)
+      return shard_part_on_root(weights_.master(), weights_.shard_begin(), p);
+    if (sharded() && p.kind == role::norm && RoleArena<P, B, role::norm>::has_master)
+      return shard_part_on_root(norms_.master(), norms_.shard_begin(), p);
+    return get_values(index);
+  }
 
   template <role R>
   RoleArena<P, B, R>& arena() {
@@ -295,16 +364,35 @@ class ParameterStore {
     std::vector<S> stored(v.size());
     for (std::size_t k = 0; k < v.size(); ++k) stored[k] = cast<S>(v[k]);
     upload(*ctx_, g.values().subspan(p.offset, p.count), stored);
-    if constexpr (Group::has_master) upload(*ctx_, g.master().subspan(p.offset, p.count), v);
+    if constexpr (Group::has_master) {
+      const Part q = part(p);
+      if (q.size())
+        upload(*ctx_, g.master().subspan(p.offset + q.begin - g.shard_begin(), q.size()), v.data() + q.begin, q.size());
+    }
   }
   template <class Group>
   std::vector<float> download_values(const Group& g, const ParamInfo& p) const {
-    if constexpr (Group::has_master) return download(*ctx_, Span<const float>(g.master().subspan(p.offset, p.count)));
     using S = typename Group::stored_type;
+    if constexpr (Group::has_master)
+      if (owns(p)) return download(*ctx_, Span<const float>(g.master().subspan(p.offset - g.shard_begin(), p.count)));
     const auto stored = download(*ctx_, Span<const S>(g.values().subspan(p.offset, p.count)));
     std::vector<float> out(stored.size());
     for (std::size_t k = 0; k < stored.size(); ++k) out[k] = cast<float>(stored[k]);
+    if constexpr (Group::has_master) {  // ZeRO-1: the masters of this rank's part
+      const Part q = part(p);
+      if (q.size()) {
+        const auto m = download(*ctx_, Span<const float>(g.master().subspan(p.offset + q.begin - g.shard_begin(), q.size())));
+        std::copy(m.begin(), m.end(), out.begin() + static_cast<std::ptrdiff_t>(q.begin));
+      }
+    }
     return out;
+  }
+
+  std::vector<std::size_t> partition(role R, std::size_t count, int ranks) const {
+    std::vector<std::size_t> starts;
+    for (const auto& p : table_)
+      if (p.kind == R) starts.push_back(p.offset);
+    return nn::shard_bounds(starts, count, ranks, shard_.whole_tensors, block_multiple);
   }
 
   Context<B>* ctx_;
@@ -312,6 +400,9 @@ class ParameterStore {
   std::size_t weight_count_ = 0, norm_count_ = 0, buffer_count_ = 0;
   bool allocated_ = false;
   BackwardObserver* observer_ = nullptr;
+  Shard shard_;
+  std::vector<std::size_t> weight_bounds_, norm_bounds_;
+  Collective<B>* shard_collective_ = nullptr;
   RoleArena<P, B, role::weight> weights_;
   RoleArena<P, B, role::norm> norms_;
   Buffer<float, B> buffers_;

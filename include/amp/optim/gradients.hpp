@@ -9,6 +9,8 @@
 // as in PyTorch. Several scalers may check and unscale one optimizer's
 // gradients (Apex's num_losses): their shares add, and an overflow in any
 // skips the step. The fp32 buffers are allocated at the first unscale().
+// Under ZeRO-1 all of this covers this rank's shard only, and the ranks'
+// statistics are combined before the verdict (one decision for all ranks).
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -25,11 +27,17 @@ namespace amp::optim {
 // the gradients are summed over the ranks just before they are checked, so
 // every rank sees the same overflow and takes the same step, and the step
 // multiplies them by gradient_factor() (1/ranks) in its gradient coefficient
-// instead of a separate averaging pass.
+// instead of a separate averaging pass. Under ZeRO-1 (shards() true) each
+// rank receives the sums of its shard only: the statistics of the ranks'
+// shards are combined into one (combine_stats, on the device), and after the
+// step each rank's updated values go to the others (gather_parameters).
 class GradientReducer {
  public:
   virtual void reduce_gradients() = 0;
   virtual float gradient_factor() const = 0;
+  virtual bool shards() const { return false; }
+  virtual void combine_stats(GradStats* /*stats*/) {}
+  virtual void gather_parameters() {}
 
  protected:
   ~GradientReducer() = default;
@@ -75,7 +83,7 @@ class Gradients {
     using Arena = nn::RoleArena<P, B, R>;
     using G = typename Arena::grad_type;
     Arena* arena = nullptr;
-    std::size_t count = 0;
+    std::size_t begin = 0, count = 0;  // this rank's shard of the role (all of it without ZeRO-1)
     std::vector<std::size_t> tensors;  // offsets of its parameters, for per-tensor norms
     std::vector<std::size_t> counts;
     Buffer<float, B> unscaled;
@@ -91,6 +99,8 @@ class Gradients {
         scratch_(ctx, 1, memory_kind::optimizer) {
     std::size_t tensors = 0;
     for (Store* s : stores) {
+      AMP_REQUIRE(!per_tensor_norms || !s->sharded(), "optimizer: per_tensor_norms is not available under ZeRO-1 (a "
+                                                      "rank holds the summed gradients of its shard only)");
       stores_.push_back({s, {}, {}});
       tensors += describe(*s, stores_.back().weights) + describe(*s, stores_.back().norms);
     }
@@ -112,7 +122,7 @@ class Gradients {
     std::size_t tensor = 0;
     each_role([&](auto& r) {
       using G = typename std::remove_reference_t<decltype(r)>::G;
-      const Span<const G> grads(r.arena->grads());
+      const Span<const G> grads = Span<const G>(r.arena->grads()).subspan(r.begin, r.count);
       if (per_tensor_.data()) {
         for (std::size_t t = 0; t < r.tensors.size(); ++t, ++tensor) {
           GradStats* slot = per_tensor_.data() + tensor;
@@ -124,6 +134,7 @@ class Gradients {
         accumulate(scratch_.data(), first);
       }
     });
+    if (reducer_) reducer_->combine_stats(stats_.data());
     for_each(*ctx_, 1, detail::OrOverflowOp{found_.data(), also, stats_.data()});
   }
 
@@ -133,7 +144,12 @@ class Gradients {
     each_role([&](auto& r) {
       using G = typename std::remove_reference_t<decltype(r)>::G;
       if (!r.unscaled.data() && r.count) r.unscaled = Buffer<float, B>(*ctx_, r.count, memory_kind::grads);
-      for_each(*ctx_, r.count, detail::UnscaleOp<G>{r.arena->grads().data, r.unscaled.data(), scale, factor(), unscaled_});
+      for_each(*ctx_, r.count,
+               detail::UnscaleOp<G>{r.arena->grads().data + r.begin, r.unscaled.data(), scale, factor(), unscaled_});
+      // ZeRO-1: the other ranks' parts (this rank's unsummed shares) are zeroed too, for the next loss's backward.
+      const Span<G> all = r.arena->grads();
+      if (r.begin > 0) fill(*ctx_, all.subspan(0, r.begin), cast<G>(0.0f));
+      if (r.begin + r.count < all.size) fill(*ctx_, all.subspan(r.begin + r.count, all.size - r.begin - r.count), cast<G>(0.0f));
     });
     unscaled_ = true;
   }
@@ -149,8 +165,11 @@ class Gradients {
       if (s.store != &store) continue;
       const nn::ParamInfo& p = store.table().at(static_cast<std::size_t>(index));
       AMP_REQUIRE(p.kind != nn::role::buffer, "Gradients::unscaled(): '", p.name, "' is a buffer and has no gradient");
+      AMP_REQUIRE(store.owns(p), "Gradients::unscaled(): '", p.name, "' is not all in this rank's shard (ZeRO-1): rank ",
+                  store.shard().rank, " holds the summed gradients of its shard only");
+      const std::size_t begin = p.kind == nn::role::weight ? s.weights.begin : s.norms.begin;
       auto& r = p.kind == nn::role::weight ? s.weights.unscaled : s.norms.unscaled;
-      return r.span().subspan(p.offset, p.count);
+      return r.span().subspan(p.offset - begin, p.count);
     }
     fail("Gradients::unscaled(): this optimizer does not train that model's parameters");
   }
@@ -175,9 +194,11 @@ class Gradients {
       grad_stats(*ctx_, Span<const float>(r.unscaled.data(), r.unscaled.data() ? r.count : 0), scratch_.data());
       accumulate(scratch_.data(), first);
     });
+    if (reducer_) reducer_->combine_stats(stats_.data());
   }
   float factor() const { return reducer_ ? reducer_->gradient_factor() : 1.0f; }
   void set_reducer(GradientReducer* r) { reducer_ = r; }
+  GradientReducer* reducer() const { return reducer_; }
   std::vector<StoreGradients>& stores() { return stores_; }
   // The iteration's gradients are consumed (a step) or dropped (zero_grad).
   void end_iteration() {
@@ -189,7 +210,7 @@ class Gradients {
   template <nn::role R>
   static std::size_t describe(Store& store, Role<R>& r) {
     r.arena = &store.template arena<R>();
-    r.count = r.arena->count();
+    r.begin = r.arena->shard_begin(), r.count = r.arena->shard_count();
     for (const auto& p : store.table())
       if (p.kind == R) r.tensors.push_back(p.offset), r.counts.push_back(p.count);
     return r.tensors.size();

@@ -11,6 +11,10 @@
 //
 // The three-line form's step() is its own scaler's PyTorch sequence:
 // scaler().step(*this); scaler().update().
+//
+// Under ZeRO-1 (models built with a Shard) the state and the update cover
+// this rank's shard of each role; data parallel (zero = 1) brings the shard's
+// summed gradients and afterwards the other ranks' updated values.
 #include <cmath>
 #include <algorithm>
 #include <cstdint>
@@ -187,6 +191,10 @@ class FusedOptimizer {
   // times 1 / *scale (nullptr: no scaling; ignored when they are unscaled in
   // fp32 already), clipped, skipped on the device if they overflowed.
   void apply(const float* scale) {
+    GradientReducer* reducer = gradients_.reducer();
+    for (Store* s : stores_)
+      AMP_REQUIRE(!s->sharded() || (reducer && reducer->shards()), "optimizer: the model is built with a shard (ZeRO-1, ",
+                  s->shard().ranks, " ranks): train it under parallel::DataParallel with zero = 1");
     const bool unscaled = gradients_.unscaled();
     if (unscaled) scale = nullptr;
     // Unscaled gradients carry data parallel's factor already.
@@ -196,7 +204,7 @@ class FusedOptimizer {
       // Host memory: the prologue runs in one launch with the passes, which get
       // its values by value (and vectorise), or are skipped.
       ctx_->count_launch();
-      each_role([&](auto& st, auto&) { ctx_->count_launch(st.arena->count() ? passes : 0); });  // as the GPU's
+      each_role([&](auto& st, auto&) { ctx_->count_launch(st.arena->shard_count() ? passes : 0); });  // as the GPU's
       ctx_->issue([this, scale, inv_acc, unscaled] {
         const StepValues v = detail::prepare_step(rule_, *state_.data(), *hyper_.data(), *gradients_.stats(), scale,
                                                   *gradients_.found_inf(), common_.max_grad_norm, inv_acc);
@@ -209,6 +217,7 @@ class FusedOptimizer {
                                                      values_.data()});
       each_role([&](auto& st, auto& g) { pass(st, g, static_cast<const StepValues*>(values_.data()), unscaled); });
     }
+    if (reducer) reducer->gather_parameters();  // ZeRO-1: every rank's shard to every rank (a no-op otherwise)
     for_each(*ctx_, 1, detail::AdvanceStateOp{state_.data(), values_.data()});
     for (Store* s : stores_) s->fp8().step();  // FP8 scales from this iteration's amaxes (delayed scaling)
     gradients_.end_iteration();
@@ -225,7 +234,8 @@ class FusedOptimizer {
   // The last check's statistics: norm and max |g| of the gradients as they were (scaled).
   GradStats last_stats() const { return gradients_.last_stats(); }
   std::vector<float> per_tensor_norms() const { return gradients_.per_tensor_norms(); }
-  // State buffer k (moments) of role R of store `store`, for inspection and checkpoints.
+  // State buffer k (moments) of role R of store `store`, for inspection and
+  // checkpoints: element k is element shard_begin() + k of the role's arena.
   template <nn::role R>
   Span<float> state_buffer(int k, std::size_t store = 0) const {
     const auto& s = states_.at(store);
@@ -277,7 +287,7 @@ class FusedOptimizer {
   template <nn::role R>
   void init_state(Store& store, RoleState<R>& a) {
     a.arena = &store.template arena<R>();
-    const std::size_t count = a.arena->count();
+    const std::size_t count = a.arena->shard_count(), begin = a.arena->shard_begin();
     for (int k = 0; k < Rule::state_buffers; ++k) {
       a.state[k] = Buffer<float, B>(*ctx_, count, memory_kind::optimizer);
       fill(*ctx_, a.state[k].span(), 0.0f);
@@ -286,10 +296,12 @@ class FusedOptimizer {
     if (common_.groups.empty() || !count) return;  // per-element group ids only when there are groups
     std::vector<std::uint8_t> ids(count, 0);
     for (const auto& p : store.table()) {
-      if (p.kind != R) continue;
+      const nn::Part q = store.part(p);  // ZeRO-1: the elements in this rank's shard
+      if (p.kind != R || !q.size()) continue;
       for (std::size_t k = 0; k < common_.groups.size(); ++k)
         if (common_.groups[k].select && common_.groups[k].select(p)) {
-          std::fill_n(ids.begin() + static_cast<std::ptrdiff_t>(p.offset), p.count, static_cast<std::uint8_t>(k + 1));
+          std::fill_n(ids.begin() + static_cast<std::ptrdiff_t>(p.offset + q.begin - begin), q.size(),
+                      static_cast<std::uint8_t>(k + 1));
           break;
         }
     }
@@ -301,12 +313,15 @@ class FusedOptimizer {
   void init_chunks(Store& store, RoleState<R>& a) {
     std::vector<TensorChunk> chunks;
     for (const auto& p : store.table()) {
-      if (p.kind != R || !p.count) continue;
+      if (p.kind != R || !p.count || !store.part(p).size()) continue;
+      AMP_REQUIRE(store.owns(p), Rule::name, ": '", p.name, "' is split between ZeRO-1 shards; its per-tensor norms need "
+                  "it whole: build the model with .shard = {rank, ranks, .whole_tensors = true}");
       const auto first = static_cast<std::uint32_t>(chunks.size());
       const auto n = static_cast<std::uint32_t>((p.count + tensor_chunk - 1) / tensor_chunk);
       for (std::uint32_t k = 0; k < n; ++k) {
         const std::size_t at = k * tensor_chunk;
-        chunks.push_back({p.offset + at, static_cast<std::uint32_t>(std::min(tensor_chunk, p.count - at)), first, n});
+        const auto size = static_cast<std::uint32_t>(std::min(tensor_chunk, p.count - at));
+        chunks.push_back({p.offset - a.arena->shard_begin() + at, size, first, n});  // from the shard's start
       }
     }
     if (chunks.empty()) return;
@@ -315,11 +330,14 @@ class FusedOptimizer {
     a.sums = Buffer<float, B>(*ctx_, 2 * chunks.size(), memory_kind::optimizer);
   }
 
-  // One role's fused step; on the host it runs inside the step's launch, so
-  // it launches directly and reads no host flag that may change before a replay.
+  // One role's fused step over its shard (the pointers start at the shard; the
+  // masters, state and unscaled gradients hold the shard only); on the host it
+  // runs inside the step's launch, so it launches directly and reads no host
+  // flag that may change before a replay.
   template <class S, class G, class Values>
   void pass(S& st, G& grads, Values values, bool unscaled) {
     using Arena = typename S::Arena;
+    const std::size_t begin = st.arena->shard_begin(), count = st.arena->shard_count();
     float* master = nullptr;
     if constexpr (Arena::has_master) master = st.arena->master().data;
     float* s1 = Rule::state_buffers > 0 ? st.state[0].data() : nullptr;
@@ -330,7 +348,7 @@ class FusedOptimizer {
         constexpr bool M = Arena::has_master;
         const std::size_t n = st.chunks.size();
         const detail::ChunkPass<Stored, Grad, Rule, Values> a{
-            st.arena->values().data, master, g, s1, s2, st.ids.data(), st.chunks.data(), st.sums.data(), rule_, values};
+            st.arena->values().data + begin, master, g, s1, s2, st.ids.data(), st.chunks.data(), st.sums.data(), rule_, values};
         const detail::ChunkNormsOp<Stored, Grad, Rule, M, Grouped, Values> norms{a};
         const detail::ChunkStepOp<Stored, Grad, Rule, M, Grouped, Values> step{a};
         if constexpr (std::is_same_v<B, host>) {
@@ -342,11 +360,11 @@ class FusedOptimizer {
         }
       } else {
         const detail::FusedStepOp<typename Arena::stored_type, Grad, Rule, Arena::has_master, Grouped, Values> op{
-            st.arena->values().data, master, g, s1, s2, st.ids.data(), rule_, values};
+            st.arena->values().data + begin, master, g, s1, s2, st.ids.data(), rule_, values};
         if constexpr (std::is_same_v<B, host>) {
-          if (st.arena->count()) amp::detail::for_each_now(ctx_->threads(), st.arena->count(), op, 1);
+          if (count) amp::detail::for_each_now(ctx_->threads(), count, op, 1);
         } else {
-          for_each(*ctx_, st.arena->count(), op);
+          for_each(*ctx_, count, op);
         }
       }
     };
@@ -355,7 +373,7 @@ class FusedOptimizer {
       const float* g = grads.unscaled.data();
       grouped ? launch.template operator()<float, true>(g) : launch.template operator()<float, false>(g);
     } else {
-      const typename Arena::grad_type* g = st.arena->grads().data;
+      const typename Arena::grad_type* g = st.arena->grads().data + begin;
       grouped ? launch.template operator()<typename Arena::grad_type, true>(g)
               : launch.template operator()<typename Arena::grad_type, false>(g);
     }

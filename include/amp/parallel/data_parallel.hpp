@@ -18,6 +18,16 @@
 // - No reduction while gradients are still accumulating: the optimizer's
 //   accumulation_steps does that by itself; a hand-written accumulation loop
 //   wraps its earlier backward passes in no_sync() (PyTorch's name).
+//
+// ZeRO stage 1 (Options::zero = 1, the models built with .shard = {rank,
+// ranks}): each rank keeps the fp32 masters and optimizer state of its shard
+// (1/ranks of each role's elements). Each bucket goes, segment by segment, to
+// the rank that keeps it (a reduce per segment: a reduce-scatter at the shard
+// bounds, overlapping backward as above); each rank checks its
+// shard, the ranks' statistics are combined in rank order on the device (one
+// verdict, the exact global norm for clipping), each rank steps its shard, and
+// every shard's new values go to every rank in their stored type (a broadcast
+// per shard: an all-gather of uneven parts).
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -35,7 +45,27 @@ struct DataParallelOptions {
   std::size_t bucket_bytes = std::size_t{25} << 20;  // PyTorch DDP's bucket_cap_mb = 25
   bool reduce_in_fp32 = false;                       // Apex's allreduce_always_fp32
   bool overlap = true;                               // start buckets during backward
+  int zero = 0;                                      // ZeRO stage: 0 (none) or 1 (sharded masters and optimizer state)
 };
+
+namespace detail {
+// ZeRO-1's statistics: this rank's into its slot, then all slots combined in rank order.
+struct StatsToSlotOp {
+  GradStats* slot;
+  const GradStats* stats;
+  AMP_HOST_DEVICE void operator()(std::size_t) const { *slot = *stats; }
+};
+struct CombineSlotsOp {
+  GradStats* stats;
+  const GradStats* slots;
+  int ranks;
+  AMP_HOST_DEVICE void operator()(std::size_t) const {
+    GradStats s = slots[0];
+    for (int r = 1; r < ranks; ++r) s = amp::detail::CombineGradStats{}(s, slots[r]);
+    *stats = s;
+  }
+};
+}  // namespace detail
 
 template <class Optimizer>
 class DataParallel final : public optim::GradientReducer {
@@ -48,8 +78,17 @@ class DataParallel final : public optim::GradientReducer {
   DataParallel(Collective<backend>& comm, Optimizer& opt, Options options = {})
       : comm_(&comm), opt_(&opt), ctx_(&opt.context()), options_(options) {
     AMP_REQUIRE(options.bucket_bytes > 0, "DataParallel: bucket_bytes must be positive");
+    AMP_REQUIRE(options.zero == 0 || options.zero == 1, "DataParallel: zero must be 0 or 1 (ZeRO stage 1), got ",
+                options.zero);
+    check_shards();
     check_same_model();
-    broadcast_parameters();
+    if (zero()) {
+      check_same_values();
+      for (Store* s : opt.stores()) s->set_shard_collective(comm_);
+      slots_ = Buffer<GradStats, backend>(*ctx_, static_cast<std::size_t>(comm_->size()), memory_kind::optimizer);
+    } else {
+      broadcast_parameters();
+    }
     for (std::size_t s = 0; s < opt.stores().size(); ++s) {
       watches_.push_back(std::make_unique<Watch>(*this, *opt.stores()[s]));
       make_buckets(*watches_.back(), opt.stores()[s]->template arena<nn::role::weight>());
@@ -63,10 +102,13 @@ class DataParallel final : public optim::GradientReducer {
   ~DataParallel() {
     opt_->set_gradient_reducer(nullptr);
     for (auto& w : watches_) w->store->set_observer(nullptr);
+    if (zero())
+      for (Store* s : opt_->stores()) s->set_shard_collective(nullptr);
   }
 
   int rank() const { return comm_->rank(); }
   int size() const { return comm_->size(); }
+  bool zero() const { return options_.zero == 1; }
   Collective<backend>& communicator() const { return *comm_; }
 
   // While it lives, backward passes only accumulate (the earlier micro-batches
@@ -96,6 +138,22 @@ class DataParallel final : public optim::GradientReducer {
     started_in_backward_ = std::exchange(early_, 0);
   }
   float gradient_factor() const override { return 1.0f / static_cast<float>(comm_->size()); }
+  bool shards() const override { return zero(); }
+  // ZeRO-1: the ranks' statistics of their shards, combined in rank order (every rank gets the same bits).
+  void combine_stats(GradStats* stats) override {
+    if (!zero()) return;
+    for_each(*ctx_, 1, detail::StatsToSlotOp{slots_.data() + comm_->rank(), stats});
+    comm_->all_gather(*ctx_, slots_.data(), sizeof(GradStats));
+    for_each(*ctx_, 1, detail::CombineSlotsOp{stats, slots_.data(), comm_->size()});
+  }
+  // ZeRO-1: each rank's updated shard, in the stored type, to every rank.
+  void gather_parameters() override {
+    if (!zero()) return;
+    for (Store* s : opt_->stores()) {
+      send_shards(s->template arena<nn::role::weight>(), s->template shard_bounds<nn::role::weight>());
+      send_shards(s->template arena<nn::role::norm>(), s->template shard_bounds<nn::role::norm>());
+    }
+  }
 
   // --- inspection ------------------------------------------------------------------
   std::size_t buckets() const {
@@ -121,6 +179,11 @@ class DataParallel final : public optim::GradientReducer {
     element wire = element::fp32;  // as summed
     Buffer<float, backend> staging;  // reduce_in_fp32 of 16-bit gradients
     std::vector<int> params;         // table indices
+    struct Segment {
+      std::size_t at, count;  // elements from the bucket's start
+      int owner;              // the rank whose shard it is
+    };
+    std::vector<Segment> segments;   // ZeRO-1: the bucket cut at shard bounds
     int ready_after = -1;            // the backward op after which it is complete (-1: before any)
     bool started = false;
   };
@@ -191,11 +254,17 @@ class DataParallel final : public optim::GradientReducer {
   };
 
   void start(Bucket& b) {
+    void* data = b.grads;
     if (b.staging.data()) {
       dispatch(b.type, [&]<class G>() { convert(*ctx_, Span<const G>(static_cast<const G*>(b.grads), b.count), b.staging.span()); });
-      comm_->start_all_reduce_sum(*ctx_, b.staging.data(), b.count, element::fp32);
+      data = b.staging.data();
+    }
+    if (zero()) {
+      for (const auto& seg : b.segments)
+        comm_->start_reduce_sum(*ctx_, static_cast<char*>(data) + seg.at * element_size(b.wire), seg.count, b.wire,
+                                seg.owner);
     } else {
-      comm_->start_all_reduce_sum(*ctx_, b.grads, b.count, b.type);
+      comm_->start_all_reduce_sum(*ctx_, data, b.count, b.wire);
     }
     b.started = true;
   }
@@ -230,6 +299,11 @@ class DataParallel final : public optim::GradientReducer {
       if (options_.reduce_in_fp32 && b.type != element::fp32)
         b.staging = Buffer<float, backend>(*ctx_, b.count, memory_kind::grads);
       for (int p : b.params) w.bucket_of[static_cast<std::size_t>(p)] = static_cast<int>(w.buckets.size());
+      const auto& bounds = w.store->template shard_bounds<R>();
+      for (std::size_t r = 0; r + 1 < bounds.size(); ++r) {
+        const std::size_t lo = std::max(begin, bounds[r]), hi = std::min(end, bounds[r + 1]);
+        if (lo < hi) b.segments.push_back({lo - begin, hi - lo, static_cast<int>(r)});
+      }
       w.order.push_back(w.buckets.size());
       w.buckets.push_back(std::move(b));
       b = Bucket{};
@@ -272,6 +346,49 @@ class DataParallel final : public optim::GradientReducer {
     }
   }
 
+  // ZeRO-1 needs models built with this rank's shard; data parallel without it, unsharded ones.
+  void check_shards() const {
+    for (Store* s : opt_->stores()) {
+      const nn::Shard& sh = s->shard();
+      if (zero())
+        AMP_REQUIRE(sh.rank == comm_->rank() && sh.ranks == comm_->size(), "DataParallel(zero = 1): build the model "
+                    "with .shard = {", comm_->rank(), ", ", comm_->size(), "} (this rank of the job); it has shard ",
+                    sh.rank, " of ", sh.ranks);
+      else
+        AMP_REQUIRE(!s->sharded(), "DataParallel: the model is built with a shard (ZeRO-1): construct DataParallel "
+                                   "with zero = 1");
+    }
+  }
+
+  // ZeRO-1: no rank holds every master to send, so the ranks must start alike
+  // (the same seed, or the same checkpoint loaded on each): their values and buffers are compared.
+  void check_same_values() {
+    for (Store* s : opt_->stores()) {
+      std::uint64_t hash = 1469598103934665603ull;
+      auto mix = [&](auto span) {
+        const auto host = download(*ctx_, Span<const std::remove_const_t<std::remove_reference_t<decltype(*span.data)>>>(span));
+        const auto* bytes = reinterpret_cast<const unsigned char*>(host.data());
+        for (std::size_t i = 0; i < host.size() * sizeof(host[0]); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+      };
+      mix(s->template arena<nn::role::weight>().values());
+      mix(s->template arena<nn::role::norm>().values());
+      mix(s->buffer_values());
+      const auto all = comm_->all_gather(static_cast<std::int64_t>(hash));
+      for (int r = 1; r < comm_->size(); ++r)
+        AMP_REQUIRE(all[static_cast<std::size_t>(r)] == all[0], "DataParallel(zero = 1): rank ", r,
+                    " starts from other parameter values than rank 0: under ZeRO-1 no rank holds every master to "
+                    "send, so build every rank's model with the same seed (or load the same checkpoint on each)");
+    }
+  }
+
+  template <class Arena>
+  void send_shards(Arena& a, const std::vector<std::size_t>& bounds) {
+    using S = typename Arena::stored_type;
+    for (std::size_t r = 0; r + 1 < bounds.size(); ++r)
+      if (bounds[r + 1] > bounds[r])
+        comm_->broadcast(*ctx_, a.values().data + bounds[r], (bounds[r + 1] - bounds[r]) * sizeof(S), static_cast<int>(r));
+  }
+
   // Rank 0's values, masters and buffers to every rank, bit for bit.
   void broadcast_parameters() {
     auto send = [&](auto span) {
@@ -292,6 +409,7 @@ class DataParallel final : public optim::GradientReducer {
   std::vector<std::unique_ptr<Watch>> watches_;
   int no_sync_ = 0;
   std::size_t early_ = 0, started_in_backward_ = 0;
+  Buffer<GradStats, backend> slots_;  // ZeRO-1: one per rank
 };
 
 }  // namespace amp::parallel

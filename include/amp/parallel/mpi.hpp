@@ -131,6 +131,25 @@ class MpiCommunicator final : public Collective<host> {
     MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done, MPI_STATUSES_IGNORE);
     if (done) requests_.clear();
   }
+  void start_reduce_sum(Context<host>& ctx, void* data, std::size_t count, element type, int root) override {
+    ctx.issue([this, data, count, type, root] {
+      each_chunk(data, count, type, [&](void* at, int n) {
+        MPI_Request r;
+        const bool mine = root == rank_;
+        detail::mpi_check(MPI_Ireduce(mine ? MPI_IN_PLACE : at, mine ? at : nullptr, n, datatype(type), op(type), root,
+                                      comm_, &r),
+                          "MPI_Ireduce");
+        requests_.push_back(r);
+      });
+    });
+  }
+  void all_gather(Context<host>& ctx, void* data, std::size_t bytes) override {
+    AMP_REQUIRE(bytes <= detail::max_chunk, "MpiCommunicator::all_gather: slots of at most 1 GiB");
+    ctx.issue([this, data, bytes] {
+      const int n = static_cast<int>(bytes);
+      detail::mpi_check(MPI_Allgather(MPI_IN_PLACE, n, MPI_BYTE, data, n, MPI_BYTE, comm_), "MPI_Allgather");
+    });
+  }
   void broadcast(Context<host>& ctx, void* data, std::size_t bytes, int root) override {
     ctx.issue([this, data, bytes, root] { broadcast_bytes(data, bytes, root); });
   }

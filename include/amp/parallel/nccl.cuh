@@ -71,6 +71,20 @@ class NcclCommunicator final : public Collective<cuda> {
     AMP_CUDA_CHECK(cudaStreamWaitEvent(ctx.stream(), landed_, 0));
     pending_ = false;
   }
+  void start_reduce_sum(Context<cuda>& ctx, void* data, std::size_t count, element type, int root) override {
+    after_queued_work(ctx);
+    detail::nccl_check(ncclReduce(data, data, count, detail::nccl_type(type), ncclSum, root, comm_, stream_),
+                       "ncclReduce");
+    pending_ = true;
+  }
+  void all_gather(Context<cuda>& ctx, void* data, std::size_t bytes) override {
+    after_queued_work(ctx);
+    char* slots = static_cast<char*>(data);
+    detail::nccl_check(ncclAllGather(slots + static_cast<std::size_t>(rank()) * bytes, slots, bytes, ncclUint8, comm_, stream_),
+                       "ncclAllGather");
+    pending_ = true;
+    finish(ctx);
+  }
   void broadcast(Context<cuda>& ctx, void* data, std::size_t bytes, int root) override {
     after_queued_work(ctx);
     detail::nccl_check(ncclBroadcast(data, data, bytes, ncclUint8, root, comm_, stream_), "ncclBroadcast");
