@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <unistd.h>
 
@@ -292,6 +293,11 @@ TEST_CASE("ZeRO-1's misuses: clear errors") {
   train_on(ctx, net, opt, global_batch(16, 0), world->rank() * 8, 8);
   CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("train it under parallel::DataParallel with zero = 1"), amp::Error);
   CHECK(values_bits(net.parameters()) == before);
+  // Saving it needs the ranks' communicator to gather the shards: refused, no file written.
+  const std::string path = "/tmp/amp_zero_unsaved_" + std::to_string(world->all_gather(getpid())[0]) + ".ckpt";
+  CHECK_THROWS_WITH_AS(io::save(path, net, opt), doctest::Contains("save it while its DataParallel (zero = 1) lives"),
+                       amp::Error);
+  CHECK_FALSE(std::ifstream(path).good());
   using AdamW = optim::AdamW<O2Policy, host>;
   CHECK_THROWS_WITH_AS(AdamW(net.parameters(), {.per_tensor_norms = true}),
                        doctest::Contains("per_tensor_norms is not available under ZeRO-1"), amp::Error);

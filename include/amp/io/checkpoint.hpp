@@ -72,7 +72,7 @@ void put_group_tensor(Archive& a, const Store& store, const Group& g, const nn::
     a.put("param." + p.name, dtype_of<S>(), shape, values.data(), values.size());
   }
   if constexpr (Group::has_master) {
-    const auto master = store.shard_part_on_root(g.master(), g.shard_begin(), p);
+    const auto master = store.shard_part_on_root(g.master(), p);
     if (store.shard().rank == 0) a.put("master." + p.name, dtype::fp32, shape, master.data(), master.size());
   }
 }
@@ -143,12 +143,9 @@ void save(const std::string& path, Model& model, Optimizer& opt, const Archive& 
   for (int k = 0; k < Optimizer::state_buffers; ++k)
     for (const auto& p : store.table()) {
       if (p.kind == nn::role::buffer) continue;
-      const bool w = p.kind == nn::role::weight;
-      const Span<float> s = w ? opt.template state_buffer<nn::role::weight>(k, slot)
-                              : opt.template state_buffer<nn::role::norm>(k, slot);
-      const std::size_t begin = w ? store.template arena<nn::role::weight>().shard_begin()
-                                  : store.template arena<nn::role::norm>().shard_begin();
-      const auto v = store.shard_part_on_root(s, begin, p);
+      const Span<float> s = p.kind == nn::role::weight ? opt.template state_buffer<nn::role::weight>(k, slot)
+                                                       : opt.template state_buffer<nn::role::norm>(k, slot);
+      const auto v = store.shard_part_on_root(s, p);
       if (writer)
         a.put("optim." + std::to_string(k) + "." + p.name, dtype::fp32, detail::dims_of(p.shape), v.data(), v.size());
     }
@@ -272,7 +269,7 @@ Archive load(const std::string& path, Model& model, Optimizer& opt) {
       upload(ctx, group.values().subspan(p.offset, p.count), stored.values<S>());
       if constexpr (Group::has_master)
         if (const nn::Part q = store.part(p); q.size())
-          upload(ctx, group.master().subspan(p.offset + q.begin - group.shard_begin(), q.size()),
+          upload(ctx, group.master().subspan(store.shard_offset(p) + q.begin, q.size()),
                  master->values<float>().data() + q.begin, q.size());
       return true;
     };
@@ -281,14 +278,11 @@ Archive load(const std::string& path, Model& model, Optimizer& opt) {
     if (!restored) store.set_values(index, detail::as_fp32(master ? *master : stored));  // a policy conversion
     const nn::Part q = store.part(p);  // ZeRO-1: the elements in this rank's shard
     if (!q.size()) continue;
-    const bool w = p.kind == nn::role::weight;
-    const std::size_t begin = w ? store.template arena<nn::role::weight>().shard_begin()
-                                : store.template arena<nn::role::norm>().shard_begin();
     for (int k = 0; k < Optimizer::state_buffers; ++k) {
-      const Span<float> s = w ? opt.template state_buffer<nn::role::weight>(k, slot)
-                              : opt.template state_buffer<nn::role::norm>(k, slot);
+      const Span<float> s = p.kind == nn::role::weight ? opt.template state_buffer<nn::role::weight>(k, slot)
+                                                       : opt.template state_buffer<nn::role::norm>(k, slot);
       const auto v = detail::as_fp32(*a.find("optim." + std::to_string(k) + "." + p.name));
-      upload(ctx, s.subspan(p.offset + q.begin - begin, q.size()), v.data() + q.begin, q.size());
+      upload(ctx, s.subspan(store.shard_offset(p) + q.begin, q.size()), v.data() + q.begin, q.size());
     }
   }
   store.mark_updated();

@@ -264,22 +264,28 @@ class ParameterStore {
   Part part(const ParamInfo& p) const { return part(p, shard_.rank); }
   // This rank holds all of p (its masters, state, summed gradient).
   bool owns(const ParamInfo& p) const { return part(p).size() == p.count; }
+  // Where p's element 0 falls in a buffer over this rank's shard of its role
+  // (masters, optimizer state): only elements of part(p) are there (unsigned
+  // arithmetic: add part(p).begin before indexing).
+  std::size_t shard_offset(const ParamInfo& p) const {
+    return p.offset - (p.kind == role::weight ? weights_.shard_begin() : norms_.shard_begin());
+  }
   // The ranks' communicator while data parallel shards this store (checkpoints gather through it).
   Collective<B>* shard_collective() const { return shard_collective_; }
   void set_shard_collective(Collective<B>* c) { shard_collective_ = c; }
-  // Parameter p's part of an fp32 buffer over this rank's shard of its role
-  // (the masters, an optimizer moment; `begin`: the shard's first element),
-  // on rank 0; under ZeRO-1 sent by the rank that keeps it. Collective when
-  // sharded (every rank calls it); empty on the other ranks.
-  std::vector<float> shard_part_on_root(Span<float> shard, std::size_t begin, const ParamInfo& p) const {
-    if (!sharded()) return download(*ctx_, Span<const float>(shard.subspan(p.offset - begin, p.count)));
+  // Parameter p's values in an fp32 buffer over this rank's shard of its role
+  // (the masters, an optimizer moment), on rank 0; under ZeRO-1 sent by the
+  // ranks that keep them. Collective when sharded (every rank calls it); empty
+  // on the other ranks.
+  std::vector<float> shard_part_on_root(Span<float> shard, const ParamInfo& p) const {
+    if (!sharded()) return download(*ctx_, Span<const float>(shard.subspan(shard_offset(p), p.count)));
     AMP_REQUIRE(shard_collective_, "parameter '", p.name, "': the model is sharded (ZeRO-1): gather it (a checkpoint, "
                                    "an export) while its DataParallel (zero = 1) lives, on every rank");
     Buffer<float, B> staging(*ctx_, p.count, memory_kind::workspace);  // the other ranks' parts
     for (int r = 0; r < shard_.ranks; ++r) {
       const Part q = part(p, r);
       if (!q.size()) continue;
-      float* at = r == shard_.rank ? shard.data + (p.offset + q.begin - begin) : staging.data() + q.begin;
+      float* at = r == shard_.rank ? shard.data + (shard_offset(p) + q.begin) : staging.data() + q.begin;
       shard_collective_->broadcast(*ctx_, at, q.size() * sizeof(float), r);
       if (r == shard_.rank && r == 0) ctx_->copy(staging.data() + q.begin, at, q.size() * sizeof(float));
     }
@@ -291,9 +297,9 @@ class ParameterStore {
   std::vector<float> values_on_root(int index) const {
     const ParamInfo& p = table_.at(static_cast<std::size_t>(index));
     if (sharded() && p.kind == role::weight && RoleArena<P, B, role::weight>::has_master)
-      return shard_part_on_root(weights_.master(), weights_.shard_begin(), p);
+      return shard_part_on_root(weights_.master(), p);
     if (sharded() && p.kind == role::norm && RoleArena<P, B, role::norm>::has_master)
-      return shard_part_on_root(norms_.master(), norms_.shard_begin(), p);
+      return shard_part_on_root(norms_.master(), p);
     return get_values(index);
   }
 
@@ -367,21 +373,21 @@ class ParameterStore {
     if constexpr (Group::has_master) {
       const Part q = part(p);
       if (q.size())
-        upload(*ctx_, g.master().subspan(p.offset + q.begin - g.shard_begin(), q.size()), v.data() + q.begin, q.size());
+        upload(*ctx_, g.master().subspan(shard_offset(p) + q.begin, q.size()), v.data() + q.begin, q.size());
     }
   }
   template <class Group>
   std::vector<float> download_values(const Group& g, const ParamInfo& p) const {
     using S = typename Group::stored_type;
     if constexpr (Group::has_master)
-      if (owns(p)) return download(*ctx_, Span<const float>(g.master().subspan(p.offset - g.shard_begin(), p.count)));
+      if (owns(p)) return download(*ctx_, Span<const float>(g.master().subspan(shard_offset(p), p.count)));
     const auto stored = download(*ctx_, Span<const S>(g.values().subspan(p.offset, p.count)));
     std::vector<float> out(stored.size());
     for (std::size_t k = 0; k < stored.size(); ++k) out[k] = cast<float>(stored[k]);
     if constexpr (Group::has_master) {  // ZeRO-1: the masters of this rank's part
       const Part q = part(p);
       if (q.size()) {
-        const auto m = download(*ctx_, Span<const float>(g.master().subspan(p.offset + q.begin - g.shard_begin(), q.size())));
+        const auto m = download(*ctx_, Span<const float>(g.master().subspan(shard_offset(p) + q.begin, q.size())));
         std::copy(m.begin(), m.end(), out.begin() + static_cast<std::ptrdiff_t>(q.begin));
       }
     }

@@ -321,8 +321,8 @@ class DataParallel final : public optim::GradientReducer {
   void check_same_model() {
     std::vector<std::int64_t> mine;
     for (Store* s : opt_->stores()) {
-      std::uint64_t hash = 1469598103934665603ull;  // FNV-1a over names, shapes and roles
-      auto mix = [&](std::uint64_t v) { hash = (hash ^ v) * 1099511628211ull; };
+      std::uint64_t hash = fnv_basis;  // over names, shapes and roles
+      auto mix = [&](std::uint64_t v) { hash = fnv1a(hash, v); };
       std::int64_t elements = 0;
       for (const auto& p : s->table()) {
         for (char c : p.name) mix(static_cast<unsigned char>(c));
@@ -346,6 +346,10 @@ class DataParallel final : public optim::GradientReducer {
     }
   }
 
+  // One FNV-1a step: the set-up checks' fingerprints of what every rank holds.
+  static constexpr std::uint64_t fnv_basis = 1469598103934665603ull;
+  static std::uint64_t fnv1a(std::uint64_t hash, std::uint64_t v) { return (hash ^ v) * 1099511628211ull; }
+
   // ZeRO-1 needs models built with this rank's shard; data parallel without it, unsharded ones.
   void check_shards() const {
     for (Store* s : opt_->stores()) {
@@ -364,11 +368,11 @@ class DataParallel final : public optim::GradientReducer {
   // (the same seed, or the same checkpoint loaded on each): their values and buffers are compared.
   void check_same_values() {
     for (Store* s : opt_->stores()) {
-      std::uint64_t hash = 1469598103934665603ull;
+      std::uint64_t hash = fnv_basis;
       auto mix = [&](auto span) {
         const auto host = download(*ctx_, Span<const std::remove_const_t<std::remove_reference_t<decltype(*span.data)>>>(span));
         const auto* bytes = reinterpret_cast<const unsigned char*>(host.data());
-        for (std::size_t i = 0; i < host.size() * sizeof(host[0]); ++i) hash = (hash ^ bytes[i]) * 1099511628211ull;
+        for (std::size_t i = 0; i < host.size() * sizeof(host[0]); ++i) hash = fnv1a(hash, bytes[i]);
       };
       mix(s->template arena<nn::role::weight>().values());
       mix(s->template arena<nn::role::norm>().values());
