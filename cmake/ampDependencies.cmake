@@ -1,6 +1,7 @@
 # What each amp component needs, found the same way by amp's own build and by
 # an installed package (ampConfig.cmake): amp_find_dependencies(<components>).
 include(CMakeFindDependencyMacro)
+set(_amp_dependencies_dir ${CMAKE_CURRENT_LIST_DIR})  # a macro's CMAKE_CURRENT_LIST_DIR is its caller's
 include(${CMAKE_CURRENT_LIST_DIR}/ampCuda20.cmake)
 
 # Inside find_package(amp) a missing dependency makes amp "not found" with the
@@ -33,6 +34,33 @@ macro(amp_find_dependencies components)
   endif()
   if("cuda" IN_LIST _amp_components)
     _amp_find(CCCL CONFIG HINTS "${CUDAToolkit_LIBRARY_DIR}/cmake")
+    # cuDNN (convolutions): beside the toolkit's libraries, or where AMP_CUDNN_DIR says.
+    if(NOT TARGET amp::cudnn)
+      find_library(AMP_CUDNN_LIBRARY NAMES cudnn HINTS ${AMP_CUDNN_DIR} ${AMP_CUDNN_DIR}/lib ${CUDAToolkit_LIBRARY_DIR})
+      find_path(AMP_CUDNN_INCLUDE_DIR cudnn.h HINTS ${AMP_CUDNN_DIR} ${AMP_CUDNN_DIR}/include ${CUDAToolkit_INCLUDE_DIRS})
+      if(NOT AMP_CUDNN_LIBRARY OR NOT AMP_CUDNN_INCLUDE_DIR)
+        message(FATAL_ERROR "amp::cuda needs cuDNN 9 (cudnn.h and libcudnn); install NVIDIA's cudnn9-cuda package "
+                            "or set AMP_CUDNN_DIR to its folder")
+      endif()
+      # cuDNN's C++ frontend (header-only; NVIDIA's PyPI package nvidia-cudnn-frontend ships it, and
+      # scripts/setup.sh unpacks it into .deps/): fused attention's graphs. Its runtime fusion needs NVRTC.
+      find_path(AMP_CUDNN_FRONTEND_DIR cudnn_frontend.h
+                HINTS ${_amp_dependencies_dir}/../.deps/cudnn-frontend-1.32.0/include)
+      if(NOT AMP_CUDNN_FRONTEND_DIR)
+        message(FATAL_ERROR "amp::cuda needs cuDNN's C++ frontend (cudnn_frontend.h): run scripts/setup.sh, or "
+                            "pip download nvidia-cudnn-frontend==1.32.0 and set AMP_CUDNN_FRONTEND_DIR to its include folder")
+      endif()
+      # NVRTC by its file: CUDA::nvrtc also links the driver (libcuda.so.1), which a machine without a GPU
+      # lacks, and every amp binary must start there (its GPU tests skip).
+      find_library(AMP_NVRTC_LIBRARY NAMES nvrtc HINTS ${CUDAToolkit_LIBRARY_DIR})
+      if(NOT AMP_NVRTC_LIBRARY)
+        message(FATAL_ERROR "amp::cuda needs the CUDA toolkit's NVRTC (libnvrtc) for cuDNN's frontend")
+      endif()
+      add_library(amp::cudnn UNKNOWN IMPORTED)
+      set_target_properties(amp::cudnn PROPERTIES IMPORTED_LOCATION "${AMP_CUDNN_LIBRARY}"
+                            INTERFACE_INCLUDE_DIRECTORIES "${AMP_CUDNN_INCLUDE_DIR};${AMP_CUDNN_FRONTEND_DIR}"
+                            INTERFACE_LINK_LIBRARIES "${AMP_NVRTC_LIBRARY}")
+    endif()
   endif()
   if("data" IN_LIST _amp_components)
     _amp_find(ZLIB)

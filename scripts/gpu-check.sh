@@ -26,13 +26,14 @@ carry="$AMP_ROOT/.gpu-carry"
 budget_mib=48
 mode=${1:-run}
 tests=(amp_cuda_backend_tests amp_cuda_training_tests amp_cuda_capture_tests)
-programs=(seed_linear fashion_mnist char_lm)
+programs=(seed_linear fashion_mnist char_lm row_ops)
 
 # --- here: the carry ------------------------------------------------------------
 # Libraries the GPU machine has: the C/C++ runtime and the CUDA toolkit's big
-# ones (cuBLAS, NCCL: hundreds of MiB); everything else a binary loads is carried.
+# ones (cuBLAS, NCCL, cuDNN, NVRTC: hundreds of MiB; there PyTorch's nvidia wheels hold
+# them); everything else a binary loads is carried.
 system_lib='^(linux-vdso|ld-linux|libc|libm|libstdc\+\+|libgcc_s|libdl|libpthread|librt)\.so'
-toolkit_lib='^(libcublas|libcublasLt|libnccl)\.so'
+toolkit_lib='^(libcublas|libcublasLt|libnccl|libcudnn|libnvrtc)\.so'
 
 prepare() {
   local start=$SECONDS
@@ -47,7 +48,7 @@ prepare() {
   rm -rf "$carry" && mkdir -p "$carry/bin" "$carry/lib" "$carry/data/fortunes"
   local binaries=()
   for t in "${tests[@]}"; do binaries+=("$AMP_BUILD/tests/$t"); done
-  for p in "${programs[@]}"; do binaries+=("$AMP_BUILD/examples/$p"); done
+  for p in "${programs[@]}"; do binaries+=("$(find "$AMP_BUILD/examples" "$AMP_BUILD/bench" -maxdepth 1 -name "$p" -type f)"); done
   local libs
   libs=$(for b in "${binaries[@]}"; do ldd "$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u)
   while read -r name path; do
@@ -98,7 +99,7 @@ for folder in ("bin", "lib"):
 PY
 }
 
-# The carried libraries first, then wherever the toolkit's cuBLAS and NCCL are
+# The carried libraries first, then wherever the toolkit's cuBLAS, NCCL and cuDNN are
 # (the toolkit's folders, or PyTorch's nvidia wheels).
 library_path() {
   local dirs="$carry/lib"
@@ -154,7 +155,8 @@ if [ "$mode" = "--dry-run" ]; then
   echo "gpu-check --dry-run: ${#tests[@]} test binaries and ${#programs[@]} programs start with the carried" \
        "libraries; dry run $(( SECONDS - start )) s. On the GPU machine, within ${GPU_CHECK_SECONDS:-450} s:"
   echo "  tests:      ${tests[*]} (none may skip)"
-  echo "  programs:   ${programs[*]}, each eager and --graph (bench/gpu-programs.sh)"
+  echo "  programs:   seed_linear fashion_mnist char_lm, each eager and --graph (bench/gpu-programs.sh)"
+  echo "  row ops:    bench/row_ops.cpp: LayerNorm and the fused classifier row against a device copy (GB/s)"
   echo "  FP8:        bench/fp8_gpt.sh: char_lm at width 768, 12 blocks, O2-fp8 against O2-bf16"
   echo "  GPT-2:      bench/gpt2_small.sh: 124M at O2-bf16, context 1024, batch 8: tokens/s, MFU"
   echo "  PyTorch:    bench/gpu-pytorch.sh: fp32, fp16 autocast + GradScaler, bf16 autocast"
@@ -213,6 +215,8 @@ stage fp8-gpt 90 env CHAR_LM="$carry/bin/char_lm" AMP_DATA="$carry/data/fortunes
 stage gpt2-small 90 env CHAR_LM="$carry/bin/char_lm" AMP_DATA="$carry/data/fortunes" BENCH_OUT="$work" \
   GPT2_BUILD_LEVELS="" bash "$AMP_ROOT/bench/gpt2_small.sh" 20 O2-bf16 8 --peak 989 --device cuda
 stage pytorch 120 bash "$AMP_ROOT/bench/gpu-pytorch.sh"
+# LayerNorm at width 768 over 16384 rows and the 50257-wide classifier row, against a device copy.
+stage row-ops 30 "$carry/bin/row_ops" --device cuda --json "$work/row_ops.json"
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$sanitizer" ]; then
   stage sanitizer-backend 60 "$sanitizer" --tool memcheck --error-exitcode 9 "$carry/bin/amp_cuda_backend_tests"

@@ -197,6 +197,22 @@ def gpt2_small(work, s):
     return {"rows": rows}
 
 
+def row_ops(work, s):
+    """bench/row_ops.cpp's rows: the row operations' bandwidth against a copy of as many bytes."""
+    data = load_json(os.path.join(work, "row_ops.json"))
+    if not data:
+        s.say("  not run")
+        return {}
+    for r in data["rows"]:
+        s.say(f"  {r['op']:26} {r['type']:5} {r['shape']:>14} {r['gb_per_s']:8.0f} GB/s  {100 * r['of_copy']:4.0f}% of a copy")
+    ln = [r for r in data["rows"] if r["op"] == "layernorm forward" and r["type"] in ("bf16", "fp16")]
+    if ln:
+        best = max(r["of_copy"] for r in ln)
+        s.say(f"  LayerNorm forward, 16-bit: {100 * best:.0f}% of the copy bandwidth (issue 24's target: 70%; printed, "
+              "not asserted)")
+    return data
+
+
 def main(work):
     s = Summary()
     gpu = read(os.path.join(work, "gpu.txt")).strip()
@@ -218,6 +234,8 @@ def main(work):
     results["fp8_gpt"] = fp8_gpt(work, s)
     s.say("GPT-2 small, 124M, O2-bf16 (bench/gpt2_small.sh):")
     results["gpt2_small"] = gpt2_small(work, s)
+    s.say("row operations, memory bandwidth (bench/row_ops.cpp):")
+    results["row_ops"] = row_ops(work, s)
     results["problems"] = s.problems
     results["passed"] = not s.problems
     s.say("=" * 78)

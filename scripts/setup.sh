@@ -16,6 +16,19 @@ if ((${#need_pkgs[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
 fi
 
+# cuDNN's C++ frontend (header-only, NVIDIA's; fused attention is built on it), from PyPI into .deps/.
+frontend_version=1.32.0
+frontend="$(cd "$(dirname "$0")/.." && pwd)/.deps/cudnn-frontend-$frontend_version"
+if [ ! -f "$frontend/include/cudnn_frontend.h" ]; then
+  echo "setup: fetching nvidia-cudnn-frontend $frontend_version (headers) from PyPI"
+  wheels=$(mktemp -d)
+  python3 -m pip download -q --no-deps --only-binary=:all: -d "$wheels" "nvidia-cudnn-frontend==$frontend_version" &&
+    python3 -m zipfile -e "$wheels"/nvidia_cudnn_frontend-*.whl "$wheels/unpacked" &&
+    mkdir -p "$frontend" && cp -r "$wheels/unpacked/include" "$frontend/" ||
+    { echo "setup: could not fetch nvidia-cudnn-frontend from PyPI (pip download)" >&2; rm -rf "$wheels"; exit 1; }
+  rm -rf "$wheels"
+fi
+
 if ! command -v nvcc >/dev/null 2>&1; then
   if [ -x /usr/local/cuda/bin/nvcc ]; then
     echo "setup: nvcc is not on PATH; add it with: export PATH=/usr/local/cuda/bin:\$PATH" >&2

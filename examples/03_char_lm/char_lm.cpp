@@ -639,8 +639,10 @@ int main(int argc, char** argv) try {
       examples::with_context(gpu, s.threads, [&]<amp::Backend B>(amp::Context<B>& ctx) {
         device = examples::device_label(ctx);
         details = examples::device_details(ctx);
-        s.attention_ran =
-            s.model.attention == nn::attention_kernel::fused && amp::fused_attention<B>::value ? "fused" : "materialized";
+        using Attention = nn::CausalSelfAttention<P, B>;
+        constexpr bool library = amp::fused_attention<B>::value &&
+                                 amp::fused_attention<B>::template runs<typename Attention::G, typename Attention::T>;
+        s.attention_ran = s.model.attention == nn::attention_kernel::fused && library ? "fused" : "materialized";
         LevelResult r =
             dist.with_collective(ctx, [&](amp::Collective<B>* comm) { return run_level<P>(ctx, s, corpus, comm); });
         if (r.finished && s.generate > 0) return;

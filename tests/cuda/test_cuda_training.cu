@@ -132,6 +132,11 @@ TEST_CASE_TEMPLATE("cuda: CNN training steps (conv, batchnorm, pools, a residual
   nn::Model<P, amp::cuda, SmallCnn<P, amp::cuda>> mg(gpu, {.max_batch = 16, .seed = 3});
   nn::Model<P, amp::host, SmallCnn<P, amp::host>> mc(cpu, {.max_batch = 16, .seed = 3});
   compare<P>(train(mg, gpu, x, amp::Shape{16, 8, 8, 1}, labels), train(mc, cpu, x, amp::Shape{16, 8, 8, 1}, labels));
+  if constexpr (nn::Conv2d<P, amp::cuda>::library_candidate) {  // both convolutions ran on cuDNN
+    const auto& cudnn = gpu.library_state<amp::detail::CudnnConvState>();
+    CHECK(cudnn.size() >= 2);
+    CHECK(cudnn.without_engine() == 0);
+  }
 }
 
 TEST_CASE("cuda: an overflowing step is skipped on the device, bit for bit, and the scale backs off") {
@@ -302,7 +307,8 @@ std::vector<float> train_lm(Model& model, Context<B>& ctx, const std::vector<std
 }
 }  // namespace
 
-TEST_CASE_TEMPLATE("cuda: transformer training steps (strided-batched attention GEMMs, tied embedding) match the host",
+TEST_CASE_TEMPLATE("cuda: transformer training steps (cuDNN's fused attention at 16 bits, batched GEMMs at fp32, tied "
+                   "embedding) match the host",
                    P, amp::O0Policy, amp::O1Policy, amp::O2Policy, amp::O3Policy, amp::O1BF16Policy,
                    amp::O2BF16Policy, amp::O2FP8Policy) {
   AMP_REQUIRE_GPU();

@@ -9,8 +9,10 @@
 // Dropout's keep decisions come from the caller's Dropout functor:
 //   p, keep_scale (1 / (1 - p)); key() read once per launch, when it runs;
 //   keep(key, row, j) for query row (head x time + t) and key position j.
-// The caller's materialised path draws the same bits, so both paths drop the
-// same probabilities. Softmax statistics and every sum are fp32.
+// On the CPU the caller's materialised path draws the same bits, so both paths
+// drop the same probabilities; a library kernel (cuDNN's, on the GPU) draws its
+// own from key(), the same in its forward and backward. Softmax statistics and
+// every sum are fp32.
 #include <cstdint>
 #include <type_traits>
 
@@ -21,9 +23,9 @@ struct AttentionShape {
   float alpha;  // the scores' scale, 1 / sqrt(dim) for GPT-2
 };
 
-// Whether backend B has the fused kernels (attention_forward,
-// attention_backward), for head dimensions up to max_dim; its attention
-// header says so.
+// Whether backend B has the fused kernels (attention_available,
+// attention_forward, attention_backward), for head dimensions up to max_dim and
+// the GEMM and output types G, O with runs<G, O>; its attention header says so.
 template <class B>
 struct fused_attention : std::false_type {};
 

@@ -4,8 +4,12 @@
 #include <array>
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string_view>
 #include <type_traits>
+#include <typeindex>
+#include <typeinfo>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -183,6 +187,15 @@ class ContextBase {
     if (bytes) self().raw_copy(dst, src, bytes);
   }
 
+  // What a library keeps for this context (oneDNN's engine, cuDNN's handle, the
+  // plans made for their shapes), made on first use and freed with the context.
+  template <class State>
+  State& library_state() {
+    auto& slot = library_state_[std::type_index(typeid(State))];
+    if (!slot) slot = std::make_shared<State>(self());
+    return *static_cast<State*>(slot.get());
+  }
+
   // Persistent scratch of at least `count` elements of T (workspace memory).
   // It grows only while a model plans or its first steps run; a growth waits
   // for the stream, as the old region may still be in use there.
@@ -201,8 +214,9 @@ class ContextBase {
   }
 
  protected:
-  // Called by the derived destructor while raw_free is still valid.
+  // Called by the derived destructor while raw_free and the stream are still valid.
   void release_scratch() {
+    library_state_.clear();
     for (auto& s : scratch_) {
       deallocate(s.ptr, s.bytes, memory_kind::workspace);
       s = {};
@@ -227,6 +241,7 @@ class ContextBase {
   std::size_t scratch_moves_ = 0;
   std::vector<std::function<void()>> after_replay_;
   std::array<Region, static_cast<std::size_t>(scratch_slot::count)> scratch_{};
+  std::unordered_map<std::type_index, std::shared_ptr<void>> library_state_;
 };
 
 }  // namespace amp

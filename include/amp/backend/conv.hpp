@@ -2,17 +2,20 @@
 // The convolution contract both backends share. Images are channels-last
 // [N, H, W, C], filters PyTorch's [K, C, kh, kw], padding symmetric as
 // PyTorch's (an output size rounds down). Where a backend has the field's
-// library for a type (oneDNN on the CPU for fp32 and bf16), the three passes
-// are that library's, with fp32 accumulation and one rounding into the output:
+// library for a type (oneDNN on the CPU for fp32 and bf16, cuDNN on the GPU for
+// fp32, fp16 and bf16), the three passes are that library's, with fp32
+// accumulation and one rounding into the output:
 //   forward          y  = conv(x, w) + bias
 //   backward_data    dx = the transposed convolution of dy (dx fp32 or T)
 //   backward_weights dw = x (*) dy and dbias = sum of dy, in fp32 [K, C, kh, kw]
 // Each pass overwrites its outputs; the layer adds gradients where it must.
 // The im2col + GEMM path in nn/conv.hpp is the reference and the rest.
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
 #include "amp/core/macros.hpp"
+#include "amp/core/numeric.hpp"
 
 namespace amp {
 
@@ -29,6 +32,33 @@ struct ConvGeometry {
   std::int64_t pad_end_h() const { return (ho - 1) * stride + dilation * (kh - 1) + 1 - h - pad; }
   std::int64_t pad_end_w() const { return (wo - 1) * stride + dilation * (kw - 1) + 1 - w - pad; }
 };
+
+namespace detail {
+// Weight element i in PyTorch's order [K, C, kh, kw] <-> its place in tap-major [K, kh, kw, C].
+struct TapMajorIndex {
+  std::int64_t channels, taps;
+  AMP_HOST_DEVICE std::int64_t operator()(std::size_t i) const {
+    const auto at = static_cast<std::int64_t>(i);
+    const std::int64_t window = channels * taps, k = at / window, c = at % window / taps, tap = at % taps;
+    return k * window + tap * channels + c;
+  }
+};
+template <class G>
+struct ToTapMajorOp {
+  const G* weight;
+  G* out;
+  TapMajorIndex index;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const { out[index(i)] = weight[i]; }
+};
+// The fp32 filter gradient in PyTorch's order from a tap-major one in S.
+template <class S>
+struct FromTapMajorOp {
+  const S* tap_major;
+  float* out;
+  TapMajorIndex index;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const { out[i] = cast<float>(tap_major[index(i)]); }
+};
+}  // namespace detail
 
 // Whether backend B has the library passes (conv_available, conv_forward,
 // conv_backward_data, conv_backward_weights); its conv header says so.

@@ -194,7 +194,8 @@ class CausalSelfAttention {
     AMP_REQUIRE(cfg.dropout >= 0.0f && cfg.dropout < 1.0f, "CausalSelfAttention '", name_, "': dropout must be in [0, 1)");
     s_.features = cfg.features, s_.heads = cfg.heads, s_.dim = cfg.features / cfg.heads, s_.dropout = cfg.dropout;
     if constexpr (fused_attention<B>::value)
-      s_.fused = cfg.kernel == attention_kernel::fused && s_.dim <= fused_attention<B>::max_dim;
+      s_.fused = cfg.kernel == attention_kernel::fused && s_.dim <= fused_attention<B>::max_dim &&
+                 fused_attention<B>::template runs<G, T>;
   }
 
   // x: [batch, time, features] -> the same shape.
@@ -263,7 +264,10 @@ class CausalSelfAttention {
     for (int part = 0; part < 3; ++part)
       for_each(ctx, d.head_rows, detail::ToHeadsOp<T, G>{qkv.data, parts[part], d.qkv_part(s, part)}, dim);
     Var<T> y = g.template tensor<T>(Shape{d.batch, d.time, s.features});
-    if (s.fused) {
+    bool fused = s.fused;  // and the backend's library runs this shape (else the materialised path)
+    if constexpr (fused_attention<B>::value)
+      fused = fused && attention_available<G, T>(ctx, d.shape(s, sv.alpha), p);
+    if (fused) {
       sv.out = g.template scratch<T>(d.per_head);
       sv.lse = g.template scratch<float>(d.head_rows);
       if constexpr (fused_attention<B>::value)
@@ -333,11 +337,11 @@ class CausalSelfAttention {
     G* dh = g.template scratch<G>(d.per_head);  // dY per head, in the GEMM type
     for_each(ctx, d.head_rows, detail::ToHeadsOp<T, G>{dy, dh, d.merged(s)}, dim);
     // dQ, dK, dV per head, each then added into its block of dqkv.
-    T* d_parts = g.template scratch<T>(s.fused ? 3 * d.per_head : d.per_head);
+    T* d_parts = g.template scratch<T>(sv.out ? 3 * d.per_head : d.per_head);
     const auto into_block = [&](const T* from, int part) {
       for_each(ctx, d.head_rows, detail::FromHeadsOp<T, T>{from, dqkv.data, d.qkv_part(s, part), dqkv.accumulate}, dim);
     };
-    if (s.fused) {
+    if (sv.out) {  // the forward ran fused
       if constexpr (fused_attention<B>::value)
         attention_backward(ctx, d.shape(s, sv.alpha), sv.q, sv.k, sv.v, sv.out, sv.lse, dh, d_parts,
                            d_parts + d.per_head, d_parts + 2 * d.per_head, sv.drop);

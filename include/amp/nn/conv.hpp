@@ -1,10 +1,11 @@
 #pragma once
 // Conv2d on channels-last images [N, H, W, C], weights in PyTorch's layout
 // [K, C, kh, kw]. Where the backend has a library convolution for the compute
-// type (backend/conv.hpp: oneDNN on the CPU for fp32 and bf16), the three
-// passes are the library's; the filter gradient comes back in fp32 and is
-// added into the gradient with one rounding, as is an input gradient that
-// accumulates. Otherwise (fp16 on the CPU, the GPU for now), im2col gathers
+// type (backend/conv.hpp: oneDNN on the CPU for fp32 and bf16, cuDNN on the
+// GPU for fp32, fp16 and bf16), the three passes are the library's; the filter
+// gradient comes back in fp32 and is added into the gradient with one rounding,
+// as is an input gradient that accumulates. Otherwise (fp16 on the CPU, a shape
+// no library engine runs), im2col gathers
 // every output pixel's receptive field into a row in tap-major order (r, s, c),
 // so each tap is a contiguous run of channels, and the whole batch is one GEMM
 // in compute_type<conv> with fp32 accumulation, its bias and relu/gelu fused
@@ -98,22 +99,8 @@ struct Col2ImOp {
   }
 };
 
-// Weight element i in PyTorch's order [K, C, kh, kw] <-> its place in tap-major [K, kh, kw, C].
-struct TapMajorIndex {
-  std::int64_t channels, taps;
-  AMP_HOST_DEVICE std::int64_t operator()(std::size_t i) const {
-    const auto at = static_cast<std::int64_t>(i);
-    const std::int64_t window = channels * taps, k = at / window, c = at % window / taps, tap = at % taps;
-    return k * window + tap * channels + c;
-  }
-};
-template <class G>
-struct ToTapMajorOp {
-  const G* weight;
-  G* out;
-  TapMajorIndex index;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const { out[index(i)] = weight[i]; }
-};
+using amp::detail::TapMajorIndex;
+using amp::detail::ToTapMajorOp;
 template <class GW>
 struct AddTapMajorGradOp {  // grad[i] += dw[tap-major i], one rounding
   const float* dw;

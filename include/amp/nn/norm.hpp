@@ -106,12 +106,21 @@ class Norm {
   static Var<T> forward(Graph<P, B>& g, const Spec& s, Var<T> x) {
     auto& params = g.params();
     const std::int64_t rows = x.rows(), cols = s.features;
-    const Saved saved = batch ? batch_statistics(g, s, x) : row_statistics(g, s, x);
     const N* gamma = s.affine ? params.values(s.weight).data : nullptr;
     const N* beta = s.affine && centered ? params.values(s.bias).data : nullptr;
     Var<T> y = g.template tensor<T>(x.shape);
-    for_each_row(g.context(), static_cast<std::size_t>(rows), cols,
-                 detail::NormalizeOp<C, T, N, !batch, centered>{x.data, y.data, saved.mean, saved.inv_std, gamma, beta, cols});
+    Saved saved;
+    if constexpr (batch) {
+      saved = batch_statistics(g, s, x);
+      for_each_row(g.context(), static_cast<std::size_t>(rows), cols,
+                   detail::NormalizeColumnsOp<C, T, N>{x.data, y.data, saved.mean, saved.inv_std, gamma, beta, cols});
+    } else {  // statistics and the normalised row in one pass
+      float* mean = centered ? g.template scratch<float>(static_cast<std::size_t>(rows)) : nullptr;
+      float* inv_std = g.template scratch<float>(static_cast<std::size_t>(rows));
+      for_each_row(g.context(), static_cast<std::size_t>(rows), cols,
+                   detail::LayerNormForwardOp<C, T, N, centered>{x.data, y.data, mean, inv_std, gamma, beta, cols, s.eps});
+      saved = {mean, inv_std, true, nullptr, {static_cast<float>(rows), nullptr}};
+    }
     g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, x, y, saved); });
     return y;
   }
@@ -148,15 +157,6 @@ class Norm {
                                   update ? params.values(s.running_var).data : nullptr, params.values(s.batches).data,
                                   count, s.eps, s.momentum});
     return {mean, inv_std, training, sync, count};
-  }
-
-  static Saved row_statistics(Graph<P, B>& g, const Spec& s, Var<T> x) {
-    const std::int64_t rows = x.rows(), cols = s.features;
-    float* mean = centered ? g.template scratch<float>(static_cast<std::size_t>(rows)) : nullptr;
-    float* inv_std = g.template scratch<float>(static_cast<std::size_t>(rows));
-    for_each_row(g.context(), static_cast<std::size_t>(rows), cols,
-                 detail::RowStatsOp<T, centered>{x.data, mean, inv_std, cols, s.eps});
-    return {mean, inv_std, true, nullptr, {static_cast<float>(rows), nullptr}};
   }
 
   static void backward(Graph<P, B>& g, const Spec& s, Var<T> x, Var<T> y, const Saved& saved) {

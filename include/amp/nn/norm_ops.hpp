@@ -92,8 +92,18 @@ struct RunningStatsOp {
 
 // Row r: y = round_C((x - mean) inv_std) * gamma + beta, statistics per
 // row (LayerNorm) or per column (BatchNorm); a row op (backend/rows.hpp).
-template <class C, class T, class N, bool PerRow, bool Centered = true>
-struct NormalizeOp {
+// One normalised value: (x - mean) * inv_std, then (Affine) gamma and beta, each rounded through C.
+template <class C, bool Centered, bool Affine, class N>
+AMP_HOST_DEVICE inline float normalized(float x, float mean, float inv_std, const N* gamma, const N* beta,
+                                        std::int64_t c) {
+  float v = round_to<C>((x - (Centered ? mean : 0.0f)) * inv_std);
+  if constexpr (Affine) v = Centered ? v * cast<float>(gamma[c]) + cast<float>(beta[c]) : v * cast<float>(gamma[c]);
+  return round_to<C>(v);
+}
+
+// BatchNorm's forward from its per-channel statistics (mean, inv_std per column).
+template <class C, class T, class N>
+struct NormalizeColumnsOp {
   const T* x;
   T* y;
   const float* mean;
@@ -106,12 +116,48 @@ struct NormalizeOp {
     const std::int64_t row = static_cast<std::int64_t>(r);
     const T* in = x + row * cols;
     T* out = y + row * cols;
+    with_flag(gamma != nullptr, [&](auto affine) {  // a constant per row: the loop vectorises
+      lanes.each(cols, [&](std::int64_t c) {
+        out[c] = cast<T>(normalized<C, true, affine>(cast<float>(in[c]), mean[c], inv_std[c], gamma, beta, c));
+      });
+    });
+  }
+};
+
+// LayerNorm's forward of row r in one pass over it: the statistics (the mean,
+// then the squared deviations; uncentred (RMSNorm): the mean square alone),
+// kept for backward, and the normalised row. One launch reads the row while it
+// is in cache (on a GPU, in the warp's L1) instead of a statistics pass and a
+// normalising pass.
+template <class C, class T, class N, bool Centered = true>
+struct LayerNormForwardOp {
+  const T* x;
+  T* y;
+  float* mean;  // nullptr when uncentred
+  float* inv_std;
+  const N* gamma;  // nullptr: no affine
+  const N* beta;
+  std::int64_t cols;
+  float eps;
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
+    const std::int64_t row = static_cast<std::int64_t>(r);
+    const T* in = x + row * cols;
+    T* out = y + row * cols;
+    const float m =
+        Centered ? lanes.sum(cols, [&](std::int64_t c) { return cast<float>(in[c]); }) / static_cast<float>(cols) : 0.0f;
+    const float sq = lanes.sum(cols, [&](std::int64_t c) {
+      const float d = cast<float>(in[c]) - m;
+      return d * d;
+    });
+    const float inv = 1.0f / sqrtf(sq / static_cast<float>(cols) + eps);
+    lanes.each(1, [&](std::int64_t) {
+      if (Centered) mean[r] = m;
+      inv_std[r] = inv;
+    });
     with_flag(gamma != nullptr, [&](auto affine) {
       lanes.each(cols, [&](std::int64_t c) {
-        const std::int64_t s = PerRow ? row : c;
-        float v = round_to<C>((cast<float>(in[c]) - (Centered ? mean[s] : 0.0f)) * inv_std[s]);
-        if constexpr (affine) v = Centered ? v * cast<float>(gamma[c]) + cast<float>(beta[c]) : v * cast<float>(gamma[c]);
-        out[c] = cast<T>(round_to<C>(v));
+        out[c] = cast<T>(normalized<C, Centered, affine>(cast<float>(in[c]), m, inv, gamma, beta, c));
       });
     });
   }
@@ -166,31 +212,6 @@ struct AffineGradOp {
   AMP_HOST_DEVICE void operator()(std::size_t c) const {
     dgamma[c] = cast<N>(cast<float>(dgamma[c]) + sum_dy_xhat[c]);
     if (dbeta) dbeta[c] = cast<N>(cast<float>(dbeta[c]) + sum_dy[c]);
-  }
-};
-
-// LayerNorm's statistics of row r: mean and 1/std over its cols values (a row
-// op); uncentred (RMSNorm): 1 / root mean square, no mean.
-template <class T, bool Centered = true>
-struct RowStatsOp {
-  const T* x;
-  float* mean;
-  float* inv_std;
-  std::int64_t cols;
-  float eps;
-  template <class Lanes>
-  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
-    const T* row = x + static_cast<std::int64_t>(r) * cols;
-    const float m =
-        Centered ? lanes.sum(cols, [&](std::int64_t c) { return cast<float>(row[c]); }) / static_cast<float>(cols) : 0.0f;
-    const float sq = lanes.sum(cols, [&](std::int64_t c) {
-      const float d = cast<float>(row[c]) - m;
-      return d * d;
-    });
-    lanes.each(1, [&](std::int64_t) {
-      if (Centered) mean[r] = m;
-      inv_std[r] = 1.0f / sqrtf(sq / static_cast<float>(cols) + eps);
-    });
   }
 };
 

@@ -23,7 +23,15 @@ namespace amp {
 template <>
 struct fused_attention<host> : std::true_type {
   static constexpr std::int64_t max_dim = 256;
+  template <class G, class O>
+  static constexpr bool runs = true;  // every type, in fp32 inside
 };
+
+// Every shape runs here.
+template <class G, class O>
+bool attention_available(Context<host>&, const AttentionShape&, float /*dropout*/) {
+  return true;
+}
 
 namespace detail {
 inline constexpr std::int64_t attention_block = 64;  // keys per block

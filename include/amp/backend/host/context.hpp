@@ -3,12 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <memory>
 #include <new>
 #include <string>
-#include <typeindex>
-#include <typeinfo>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -41,15 +37,6 @@ class Context<host> : public ContextBase<Context<host>> {
     if (recording_) recording_->emplace_back(std::forward<F>(f));
     else f();
   }
-  // What a library keeps for this context (oneDNN's engine and the primitives
-  // made for its shapes), made on first use and freed with the context.
-  template <class State>
-  State& library_state() {
-    auto& slot = library_state_[std::type_index(typeid(State))];
-    if (!slot) slot = std::make_shared<State>();
-    return *static_cast<State*>(slot.get());
-  }
-
   // Where issue() records (nullptr: nowhere; backend/host/graph.hpp sets it).
   void record_into(std::vector<std::function<void()>>* ops) { recording_ = ops; }
 
@@ -78,7 +65,6 @@ class Context<host> : public ContextBase<Context<host>> {
 
   int threads_;
   std::vector<std::function<void()>>* recording_ = nullptr;
-  std::unordered_map<std::type_index, std::shared_ptr<void>> library_state_;
 };
 
 }  // namespace amp

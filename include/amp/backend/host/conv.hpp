@@ -120,7 +120,7 @@ struct OnednnConvPlan {
 // oneDNN's engine and stream for one context, and the plans of its shapes.
 class OnednnState {
  public:
-  OnednnState() {
+  explicit OnednnState(Context<host>&) {
     check_conv(onednn::engine_create(&engine_, onednn::value::cpu, 0), "engine creation");
     check_conv(onednn::stream_create(&stream_, engine_, onednn::value::in_order), "stream creation");
     check_conv(onednn::primitive_attr_create(&attr_), "attribute creation");
