@@ -285,14 +285,19 @@ TEST_CASE_TEMPLATE("cuda: cuDNN's fused attention matches the host's fused kerne
     attention_forward(ctx, s, dev_q.data(), dev_k.data(), dev_v.data(), o.data(), l.data(), none);
     attention_backward(ctx, s, dev_q.data(), dev_k.data(), dev_v.data(), o.data(), l.data(), dev_dout.data(), gq.data(),
                        gk.data(), gv.data(), none);
-    // Both sum in fp32 and round once into G; their orders differ: a few units of G's rounding.
-    const double tol = 4 * unit_roundoff<G>;
-    CHECK(worst_error_ratio(values_of(ctx, o), to_double(out), tol, tol) <= 1.0);
-    CHECK(worst_error_ratio(values_of(ctx, l), to_double(lse), 1e-5, 1e-5) <= 1.0);
-    const double gtol = 8 * unit_roundoff<G> * std::sqrt(static_cast<double>(s.time));
-    CHECK(worst_error_ratio(values_of(ctx, gq), to_double(dq), gtol, gtol) <= 1.0);
-    CHECK(worst_error_ratio(values_of(ctx, gk), to_double(dk), gtol, gtol) <= 1.0);
-    CHECK(worst_error_ratio(values_of(ctx, gv), to_double(dv), gtol, gtol) <= 1.0);
+    // cuDNN rounds P and dS to G before its GEMMs (flash attention does), the host keeps them in fp32:
+    // normwise, a few units of G's rounding; a wrong scale, mask or layout is off by O(1).
+    const auto normwise = [](const std::vector<double>& got, const std::vector<double>& ref) {
+      double err = 0, norm = 0;
+      for (std::size_t i = 0; i < ref.size(); ++i) err += (got[i] - ref[i]) * (got[i] - ref[i]), norm += ref[i] * ref[i];
+      return std::sqrt(err / norm);
+    };
+    const double tol = 8 * unit_roundoff<G>;
+    CHECK(normwise(values_of(ctx, o), to_double(out)) <= tol);
+    CHECK(worst_error_ratio(values_of(ctx, l), to_double(lse), 1e-4, 1e-4) <= 1.0);
+    CHECK(normwise(values_of(ctx, gq), to_double(dq)) <= tol);
+    CHECK(normwise(values_of(ctx, gk), to_double(dk)) <= tol);
+    CHECK(normwise(values_of(ctx, gv), to_double(dv)) <= tol);
   }
 }
 

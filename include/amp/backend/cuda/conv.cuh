@@ -156,36 +156,29 @@ cudnn::Plan plan_forward(cudnnHandle_t handle, const ConvGeometry& g, bool has_b
   return std::move(graph).plan(handle, conv_notes<T>());
 }
 
-// dx (type out) from dy and the filter.
+// A backward pass, its output in type `out`: the input gradient dx from dy and
+// the filter, or (weights) the filter gradient dw [K, kh, kw, C] from x and dy.
 template <class T>
-cudnn::Plan plan_backward_data(cudnnHandle_t handle, const ConvGeometry& g, cudnnDataType_t out) {
+cudnn::Plan plan_backward(cudnnHandle_t handle, const ConvGeometry& g, cudnnDataType_t out, bool weights) {
   constexpr cudnnDataType_t t = cudnn::data_type<T>();
   cudnn::Graph graph;
-  const auto dx = graph.keep(image(uid_x, out, g.n, g.h, g.w, g.c));
-  const auto w = graph.keep(filter(t, g));
+  const auto x = graph.keep(image(uid_x, weights ? t : out, g.n, g.h, g.w, g.c));
+  const auto w = graph.keep(filter(weights ? out : t, g));
   const auto dy = graph.keep(image(uid_y, t, g.n, g.ho, g.wo, g.k));
-  graph.add(conv_op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-                    {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
-                     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
-                     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
-                    dy, w, dx, graph.keep(convolution(g))));
-  return std::move(graph).plan(handle, conv_notes<T>());
-}
-
-// dw (type out, [K, kh, kw, C]) from x and dy.
-template <class T>
-cudnn::Plan plan_backward_weights(cudnnHandle_t handle, const ConvGeometry& g, cudnnDataType_t out) {
-  constexpr cudnnDataType_t t = cudnn::data_type<T>();
-  cudnn::Graph graph;
-  const auto x = graph.keep(image(uid_x, t, g.n, g.h, g.w, g.c));
-  const auto dw = graph.keep(filter(out, g));
-  const auto dy = graph.keep(image(uid_y, t, g.n, g.ho, g.wo, g.k));
-  graph.add(conv_op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-                    {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
-                     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
-                     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
-                     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
-                    x, dy, dw, graph.keep(convolution(g))));
+  const auto conv = graph.keep(convolution(g));
+  if (weights)
+    graph.add(conv_op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+                      {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY,
+                       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+                       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+                       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA},
+                      x, dy, w, conv));
+  else
+    graph.add(conv_op(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+                      {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+                       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+                       CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA},
+                      dy, w, x, conv));
   return std::move(graph).plan(handle, conv_notes<T>());
 }
 
@@ -269,7 +262,7 @@ void conv_backward_data(Context<cuda>& ctx, const ConvGeometry& g, const T* dy, 
   auto& plan = detail::cudnn_planned<T, D>(ctx, g, has_bias, "conv_backward_data");
   const cudnnHandle_t handle = ctx.library_state<detail::cudnn::Handle>().get();
   auto& pass = detail::planned_pass<T, D>(plan.backward_data, [&](cudnnDataType_t out) {
-    return detail::plan_backward_data<T>(handle, g, out);
+    return detail::plan_backward<T>(handle, g, out, false);
   });
   AMP_REQUIRE(pass.plan, "conv_backward_data: cuDNN has no input-gradient kernel for this shape");
   const std::size_t inputs = static_cast<std::size_t>(g.n * g.h * g.w * g.c);
@@ -289,7 +282,7 @@ void conv_backward_weights(Context<cuda>& ctx, const ConvGeometry& g, const T* x
   auto& plan = detail::cudnn_planned<T, D>(ctx, g, dbias != nullptr, "conv_backward_weights");
   const cudnnHandle_t handle = ctx.library_state<detail::cudnn::Handle>().get();
   auto& pass = detail::planned_pass<T, float>(plan.backward_weights, [&](cudnnDataType_t out) {
-    return detail::plan_backward_weights<T>(handle, g, out);
+    return detail::plan_backward<T>(handle, g, out, true);
   });
   AMP_REQUIRE(pass.plan, "conv_backward_weights: cuDNN has no filter-gradient kernel for this shape");
   const std::size_t count = detail::filter_elements(g);
