@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPT-2 small (124M: 12 blocks, width 768, 12 heads, vocabulary 50257, context 1024) through char_lm on llm.c
-# token files (the fortunes as bytes, scripts/tokenize.py; the vocabulary is GPT-2's, so the embedding and the
+# token files (the fortunes as bytes, scripts/make_token_files.py; the vocabulary is GPT-2's, so the embedding and the
 # head have their full size). First it builds and trains one step at every level (context 128), then it trains
 # a few steps at one level at full context: tokens/s, model TFLOP/s (6 N + 12 L C T per token, as nanoGPT counts)
 # and, given the card's peak (--peak TFLOPS), MFU against llm.c's published ~463K tokens/s per H100; the peak
@@ -14,7 +14,7 @@ shift $(($# < 3 ? $# : 3))
 peak=0
 if [ "${1:-}" = "--peak" ]; then peak=$2; shift 2; fi
 source "$(dirname "$0")/char_lm_env.sh"
-"$py" "$root/scripts/tokenize.py" "$dir/fortunes" "${AMP_DATA:-/usr/share/games/fortunes}" >/dev/null
+"$py" "$root/scripts/make_token_files.py" "$dir/fortunes" "${AMP_DATA:-/usr/share/games/fortunes}" >/dev/null
 gpt2=(--train-tokens "$dir/fortunes_train.bin" --val-tokens "$dir/fortunes_val.bin" --vocab-size 50257 --layers 12
       --width 768 --heads 12 --warmup 1 --eval-batches 1 --sample 0)
 for lv in ${GPT2_BUILD_LEVELS-O0 O1 O2 O3 O1-bf16 O2-bf16 O2-fp8}; do

@@ -17,7 +17,7 @@
 
 #include "common/args.hpp"
 #include "common/json.hpp"
-#include "common/levels.hpp"
+#include "common/device.hpp"
 #include "common/run.hpp"
 
 namespace {

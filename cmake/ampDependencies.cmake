@@ -43,23 +43,34 @@ macro(amp_find_dependencies components)
                             "or set AMP_CUDNN_DIR to its folder")
       endif()
       # cuDNN's C++ frontend (header-only; NVIDIA's PyPI package nvidia-cudnn-frontend ships it, and
-      # scripts/setup.sh unpacks it into .deps/): fused attention's graphs. Its runtime fusion needs NVRTC.
-      find_path(AMP_CUDNN_FRONTEND_DIR cudnn_frontend.h
-                HINTS ${_amp_dependencies_dir}/../.deps/cudnn-frontend-1.32.0/include)
-      if(NOT AMP_CUDNN_FRONTEND_DIR)
-        message(FATAL_ERROR "amp::cuda needs cuDNN's C++ frontend (cudnn_frontend.h): run scripts/setup.sh, or "
-                            "pip download nvidia-cudnn-frontend==1.32.0 and set AMP_CUDNN_FRONTEND_DIR to its include folder")
+      # scripts/setup.sh unpacks it into .deps/): fused attention's graphs, and only them. Without it the
+      # attention layers take their materialised path (backend/cuda/attention.cuh asks __has_include).
+      # Looked for where amp's build found it (an installed package's hint), then beside amp's sources.
+      if(AMP_CUDNN_FRONTEND_DIR AND NOT EXISTS "${AMP_CUDNN_FRONTEND_DIR}/cudnn_frontend.h")
+        unset(AMP_CUDNN_FRONTEND_DIR CACHE)  # found once, gone since (a removed .deps/): look again
       endif()
-      # NVRTC by its file: CUDA::nvrtc also links the driver (libcuda.so.1), which a machine without a GPU
-      # lacks, and every amp binary must start there (its GPU tests skip).
-      find_library(AMP_NVRTC_LIBRARY NAMES nvrtc HINTS ${CUDAToolkit_LIBRARY_DIR})
-      if(NOT AMP_NVRTC_LIBRARY)
-        message(FATAL_ERROR "amp::cuda needs the CUDA toolkit's NVRTC (libnvrtc) for cuDNN's frontend")
+      find_path(AMP_CUDNN_FRONTEND_DIR cudnn_frontend.h
+                HINTS ${_amp_frontend_hint} ${_amp_dependencies_dir}/../.deps/cudnn-frontend-1.32.0/include)
+      set(_amp_cudnn_includes ${AMP_CUDNN_INCLUDE_DIR})
+      set(_amp_cudnn_links)
+      if(AMP_CUDNN_FRONTEND_DIR)
+        # NVRTC by its file: CUDA::nvrtc also links the driver (libcuda.so.1), which a machine without a GPU
+        # lacks, and every amp binary must start there (its GPU tests skip). The frontend's runtime fusion needs it.
+        find_library(AMP_NVRTC_LIBRARY NAMES nvrtc HINTS ${CUDAToolkit_LIBRARY_DIR})
+        if(NOT AMP_NVRTC_LIBRARY)
+          message(FATAL_ERROR "amp::cuda needs the CUDA toolkit's NVRTC (libnvrtc) for cuDNN's frontend")
+        endif()
+        list(APPEND _amp_cudnn_includes ${AMP_CUDNN_FRONTEND_DIR})
+        set(_amp_cudnn_links ${AMP_NVRTC_LIBRARY})
+      elseif(NOT amp_FIND_QUIETLY)
+        message(STATUS "amp: cuDNN's C++ frontend (cudnn_frontend.h) not found: attention on the GPU takes the "
+                       "materialised path, not cuDNN's fused kernel. To have it: run scripts/setup.sh, or pip "
+                       "download nvidia-cudnn-frontend==1.32.0 and set AMP_CUDNN_FRONTEND_DIR to its include folder")
       endif()
       add_library(amp::cudnn UNKNOWN IMPORTED)
       set_target_properties(amp::cudnn PROPERTIES IMPORTED_LOCATION "${AMP_CUDNN_LIBRARY}"
-                            INTERFACE_INCLUDE_DIRECTORIES "${AMP_CUDNN_INCLUDE_DIR};${AMP_CUDNN_FRONTEND_DIR}"
-                            INTERFACE_LINK_LIBRARIES "${AMP_NVRTC_LIBRARY}")
+                            INTERFACE_INCLUDE_DIRECTORIES "${_amp_cudnn_includes}"
+                            INTERFACE_LINK_LIBRARIES "${_amp_cudnn_links}")
     endif()
   endif()
   if("data" IN_LIST _amp_components)

@@ -39,8 +39,8 @@ prepare() {
   local start=$SECONDS
   if [ ! -f "$AMP_BUILD/CMakeCache.txt" ]; then
     "$AMP_ROOT/scripts/setup.sh" >/dev/null || return 1
-    cmake -S "$AMP_ROOT" -B "$AMP_BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null || return 1
   fi
+  amp_configure -DAMP_EXAMPLES_CUDA=ON || return 1  # the programs' GPU halves (the demo leaves them out without a GPU)
   grep -q '^CMAKE_CUDA_ARCHITECTURES:STRING=.*90' "$AMP_BUILD/CMakeCache.txt" ||
     { echo "gpu-check: $AMP_BUILD is not built for sm_90 (CMAKE_CUDA_ARCHITECTURES)" >&2; return 1; }
   cmake --build "$AMP_BUILD" -j "$AMP_JOBS" --target "${tests[@]}" "${programs[@]}" >/dev/null ||

@@ -6,7 +6,7 @@ source "$(dirname "$0")/env.sh"
 "$AMP_ROOT/scripts/setup.sh" python3-torch python3-venv  # the PyTorch interchange test
 
 start=$(date +%s)
-cmake -S "$AMP_ROOT" -B "$AMP_BUILD" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+amp_configure -DAMP_EXAMPLES_CUDA=ON "$@"  # ON: the examples' GPU paths are compiled here, GPU or not
 cmake --build "$AMP_BUILD" -j "$AMP_JOBS"
 echo "test suite built in $(( $(date +%s) - start )) s"
 

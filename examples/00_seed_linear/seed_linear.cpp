@@ -14,8 +14,9 @@
 #include <amp/amp.hpp>
 
 #include "common/args.hpp"
+#include "common/device.hpp"
 #include "common/json.hpp"
-#include "common/levels.hpp"
+#include "common/loop_table.hpp"
 #include "common/record.hpp"
 #include "common/run.hpp"
 

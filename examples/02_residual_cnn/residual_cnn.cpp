@@ -11,7 +11,7 @@
 #include <amp/data/loader.hpp>
 
 #include "common/args.hpp"
-#include "common/levels.hpp"
+#include "common/device.hpp"
 #include "common/record.hpp"
 
 namespace {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,7 @@ class Args {
       const auto eq = arg.find('=');
       const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
       AMP_REQUIRE(values_.count(name), "unknown flag '--", name, "' (see --help)");
+      given_.insert(name);
       if (eq != std::string::npos) {
         values_[name] = arg.substr(eq + 1);
       } else if (is_toggle(name)) {  // the bare form, or a yes/no that follows
@@ -61,6 +63,11 @@ class Args {
   }
 
   const std::string& str(const std::string& name) const { return values_.at(name); }
+
+  // A default known only after parsing (a checkpoint's): the flag takes it unless it was given.
+  void default_to(const std::string& name, std::string value) {
+    if (!given_.count(name)) values_.at(name) = std::move(value);
+  }
 
   // A toggle's value.
   bool on(const std::string& name) const {
@@ -118,6 +125,7 @@ class Args {
   std::vector<std::string> order_, toggles_;
   std::map<std::string, std::string> values_;
   std::map<std::string, Help> help_;
+  std::set<std::string> given_;
 };
 
 }  // namespace examples

@@ -1,13 +1,12 @@
 #pragma once
 // --distributed for the examples: this process as one rank of an MPI job
-// (mpirun -np N ... --distributed yes), and the communicator a level's context
-// trains over: MPI's on the CPU, NCCL bootstrapped over MPI on the GPU. An
-// example built without amp::parallel refuses the flag.
+// (mpirun -np N ... --distributed yes). An example built without amp::parallel
+// refuses the flag. The communicator a level trains over is common/device.hpp's.
 #include <optional>
 
-#include <amp/amp.hpp>
+#include <amp/core/error.hpp>
 #if defined(AMP_EXAMPLE_PARALLEL)
-#include <amp/parallel.hpp>
+#include <amp/parallel/mpi.hpp>
 #endif
 
 namespace examples {
@@ -44,27 +43,9 @@ struct Distributed {
     if (mpi && ranks > 1) mpi->abort(2);
 #endif
   }
-
-  // f(comm): comm is this job's communicator for ctx, or nullptr when alone.
-  template <amp::Backend B, class F>
-  auto with_collective(amp::Context<B>& ctx, F&& f) {
-#if defined(AMP_EXAMPLE_PARALLEL)
-    if (comm) {
-      if constexpr (std::is_same_v<B, amp::host>) {
-        return f(static_cast<amp::Collective<B>*>(&*comm));
-      } else {
-#if defined(__CUDACC__)  // NCCL exists only under nvcc; a host-only build has no other backend
-        amp::parallel::NcclCommunicator nccl(*comm, ctx);
-        auto r = f(static_cast<amp::Collective<B>*>(&nccl));
-        nccl.synchronize();
-        return r;
-#endif
-      }
-    }
-#endif
-    (void)ctx;
-    return f(static_cast<amp::Collective<B>*>(nullptr));
-  }
 };
+
+// This process's place in the job: one per process, shared by a program's translation units.
+inline Distributed dist;
 
 }  // namespace examples

@@ -1,10 +1,17 @@
 #pragma once
-// The opt levels the examples run, by their command-line names, and the device choice.
+// The opt levels the examples run, by their command-line names, and the device
+// choice. Light on purpose: a program's main includes it without amp's model
+// headers, and its levels' translation units hold the training (see
+// examples/CMakeLists.txt, amp_example_levels).
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include <amp/amp.hpp>
+#include <amp/backend/backend.hpp>
+#include <amp/policy.hpp>
+#if defined(__CUDACC__) || defined(AMP_EXAMPLE_CUDA)
+#include <amp/backend/cuda/device.hpp>
+#endif
 
 namespace examples {
 
@@ -43,51 +50,25 @@ inline bool use_gpu(const std::string& device) {
   AMP_REQUIRE(device == "auto" || device == "cpu" || device == "cuda", "unknown --device '", device,
               "' (expected auto|cpu|cuda)");
   if (device == "cpu") return false;
-#if defined(__CUDACC__)
+#if defined(__CUDACC__) || defined(AMP_EXAMPLE_CUDA)
   const std::string reason = amp::cuda_unavailable_reason();
   AMP_REQUIRE(device != "cuda" || reason.empty(), "--device cuda: ", reason);
   return reason.empty();
 #else
-  AMP_REQUIRE(device != "cuda", "--device cuda: this program was built without nvcc, so it has no CUDA backend "
-                                "(rebuild with the CUDA toolkit's nvcc on PATH)");
+  AMP_REQUIRE(device != "cuda", "--device cuda: this program was built without its CUDA backend (rebuild with "
+                                "the CUDA toolkit's nvcc on PATH and -DAMP_EXAMPLES_CUDA=ON)");
   return false;
 #endif
 }
 
-// fn(ctx) with a fresh GPU or CPU context (threads: CPU threads, 0 for the default).
+// fn.template operator()<Backend>(): the GPU's backend or the CPU's.
 template <class Fn>
-void with_context(bool gpu, int threads, Fn&& fn) {
-#if defined(__CUDACC__)
-  if (gpu) {
-    amp::Context<amp::cuda> ctx;
-    fn(ctx);
-    return;
-  }
+decltype(auto) with_backend(bool gpu, Fn&& fn) {
+#if defined(__CUDACC__) || defined(AMP_EXAMPLE_CUDA)
+  if (gpu) return fn.template operator()<amp::cuda>();
 #endif
   (void)gpu;
-  amp::Context<amp::host> ctx(threads);
-  fn(ctx);
-}
-
-// What ran the work, in one line: the CPU with oneDNN's kernels and the fp16
-// conversions, or the GPU with its compute capability.
-template <amp::Backend B>
-std::string device_details(amp::Context<B>& ctx) {
-  if constexpr (std::is_same_v<B, amp::host>) {
-    const auto& cpu = amp::detail::host_cpu();
-    return cpu.name + "; oneDNN " + amp::detail::onednn::version_string() + " " + amp::detail::onednn::isa_name() +
-           " kernels; fp16 conversions " + (cpu.avx512f ? "AVX-512" : cpu.f16c ? "F16C" : "software");
-  } else {
-    const auto& cap = ctx.capability();
-    return cap.name + " (compute capability " + std::to_string(cap.major) + "." + std::to_string(cap.minor) + ")";
-  }
-}
-
-// "cpu (N threads)" or the GPU's name, for tables and JSON.
-template <amp::Backend B>
-std::string device_label(amp::Context<B>& ctx) {
-  if constexpr (std::is_same_v<B, amp::host>) return "cpu (" + std::to_string(ctx.threads()) + " threads)";
-  else return ctx.device_name();
+  return fn.template operator()<amp::host>();
 }
 
 }  // namespace examples

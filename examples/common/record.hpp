@@ -9,12 +9,9 @@
 
 #include <amp/amp.hpp>
 
-namespace examples {
+#include "common/step_record.hpp"
 
-struct StepRecord {
-  float loss, scale;
-  long long skipped;
-};
+namespace examples {
 
 struct RecordState {
   long long next;   // the slot the next step writes
@@ -70,7 +67,7 @@ class StepRecords {
 // The host work of a training loop after its first step, from amp's counters
 // (amp::Counters): syncs, allocations, pageable copies, and the launches of one
 // step. Zeros are what lets the step be one CUDA graph; the examples' JSON
-// reports them.
+// reports them (and common/loop_table.hpp prints them).
 class LoopCounters {
  public:
   // Runs one training step (f) and counts it, unless it is the loop's first.
@@ -92,17 +89,5 @@ class LoopCounters {
  private:
   std::size_t steps_ = 0, syncs_ = 0, allocations_ = 0, pageable_ = 0, launches_ = 0;
 };
-
-// The loop's host work per level as a table (rows with level, the *_in_loop
-// counts, launches_per_step, graph_nodes and step_ms).
-template <class Rows>
-void print_loop_counters(const Rows& rows) {
-  std::printf("\nafter the first step (zeros: the step can be one CUDA graph)\n");
-  std::printf("%-8s %6s %7s %9s %9s %6s %9s\n", "level", "syncs", "allocs", "pageable", "launches", "nodes",
-              "ms/step");
-  for (const auto& r : rows)
-    std::printf("%-8s %6lld %7lld %9lld %9lld %6lld %9.3f\n", r.level.c_str(), r.host_syncs_in_loop,
-                r.allocations_in_loop, r.pageable_copies_in_loop, r.launches_per_step, r.graph_nodes, r.step_ms);
-}
 
 }  // namespace examples

@@ -1,9 +1,10 @@
 """Runs char_lm briefly (40 steps) on the fortunes files at O0, O2, O1-bf16 and O2-fp8 and checks that every level
 learns (the validation loss falls far below the uniform guess, ln vocab), that the mixed levels track O0, and
 that the JSON summary, the CSV and the sample are complete; that --graph and the fused loss train bit for bit
-as the eager step and the plain loss, and --checkpoint-blocks in less memory; that a run resumed from its checkpoint continues bit for bit, that
+as the eager step and the plain loss, and --checkpoint-blocks in less memory; that a run resumed from its checkpoint
+continues bit for bit (the level and shape taken from it when not given; a shape given otherwise refused), that
 generation from a checkpoint gives the same text with and without the key/value cache and from the exported
-weights; that llm.c token files written by scripts/tokenize.py train end to end; then what the program does with
+weights; that llm.c token files written by scripts/make_token_files.py train end to end; then what the program does with
 bad input."""
 import csv
 import json
@@ -118,9 +119,11 @@ with tempfile.TemporaryDirectory() as tmp:
     assert runs["fused"][2] < runs["plain"][2], runs
 
     # Resume: 16 steps straight = 8 steps saved every 4, then resumed to 16, bit for bit (O2: the loss scaler's
-    # state; dropout: its counter), the validation loss too. Then generation from the checkpoint.
-    small = ["--data", data, "--eval-interval", "4", "--eval-batches", "2", "--sample", "0", "--opt-level", "O2",
-             "--dropout", "0.1", "--layers", "2", "--width", "64", "--context", "32"]
+    # state; dropout: its counter), the validation loss too. Then generation from the checkpoint. `shape`: the
+    # flags a resume takes from the checkpoint when they are not given.
+    shape = ["--opt-level", "O2", "--layers", "2", "--width", "64", "--context", "32"]
+    unshaped = ["--data", data, "--eval-interval", "4", "--eval-batches", "2", "--sample", "0", "--dropout", "0.1"]
+    small = unshaped + shape
     ckpt, weights = os.path.join(tmp, "run.ckpt"), os.path.join(tmp, "run.safetensors")
     r = run(*small, "--steps", "16", "--csv", csv_path, "--json", json_path)
     assert r.returncode == 0, r.stderr
@@ -145,8 +148,11 @@ with tempfile.TemporaryDirectory() as tmp:
     assert json.load(open(json_path))["levels"][0]["val_loss"] == straight_val
     r = run(*small, "--steps", "8", "--resume", ckpt)
     assert r.returncode == 2 and "is at step 16: nothing left to train for --steps 8" in r.stderr, r.stderr
+    # A shape flag given that disagrees with the checkpoint: an error naming both values.
     r = run(*[a if a != "64" else "128" for a in small], "--steps", "16", "--resume", ckpt)
-    assert r.returncode == 2 and "holds another model than vocab" in r.stderr, r.stderr
+    assert r.returncode == 2 and "was saved with --width 64; this run has --width 128" in r.stderr, r.stderr
+    r = run(*unshaped, "--layers", "3", "--steps", "16", "--resume", ckpt)
+    assert r.returncode == 2 and "was saved with --layers 2; this run has --layers 3" in r.stderr, r.stderr
 
     # SIGINT with --save: a checkpoint of the steps done, then the exit by the signal; it resumes.
     stopped = os.path.join(tmp, "stopped.ckpt")
@@ -159,7 +165,7 @@ with tempfile.TemporaryDirectory() as tmp:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == -signal.SIGINT and "interrupted: saved" in out, (proc.returncode, out[-300:], err)
     at = int(re.search(r"at step (\d+)", out).group(1))
-    r = run(*small, "--steps", str(at + 2), "--resume", stopped, "--csv", csv_path)
+    r = run(*unshaped, "--steps", str(at + 2), "--resume", stopped, "--csv", csv_path)  # its level and shape
     assert r.returncode == 0, r.stderr
     assert [row["step"] for row in csv.DictReader(open(csv_path))] == [str(at + 1), str(at + 2)]
 
@@ -172,10 +178,13 @@ with tempfile.TemporaryDirectory() as tmp:
         assert r.stdout.startswith("The ") and len(r.stdout) == len("The ") + 80 + 1, repr(r.stdout)
         texts.add(r.stdout)
     assert len(texts) == 1, texts
+    # The same text with the level and shape flags left to the checkpoint.
+    r = run("--data", data, "--resume", ckpt, "--generate", "80", "--prompt", "The ", "--top-k", "10")
+    assert r.returncode == 0 and r.stdout in texts, (r.stderr, r.stdout, texts)
 
-    # llm.c token files from scripts/tokenize.py (bytes as ids): training end to end, and the ids checked.
+    # llm.c token files from scripts/make_token_files.py (bytes as ids): training end to end, and the ids checked.
     tokens = os.path.join(tmp, "fortunes")
-    tokenize = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "tokenize.py")
+    tokenize = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "make_token_files.py")
     files = sorted(f for f in os.listdir(data) if "." not in f)[:6]
     subprocess.run([sys.executable, tokenize, tokens, *(os.path.join(data, f) for f in files)], check=True,
                    capture_output=True)

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <vector>
 
-#include "amp/amp.hpp"
+#include "amp/transformer.hpp"
 #include "support/model_values.hpp"
 #include "support/reference.hpp"
 

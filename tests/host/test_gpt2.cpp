@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "amp/amp.hpp"
+#include "amp/transformer.hpp"
 #include "amp/data/tokens.hpp"
 #include "amp/io/safetensors.hpp"
 #include "support/files.hpp"

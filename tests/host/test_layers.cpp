@@ -9,7 +9,7 @@
 #include <memory>
 #include <tuple>
 
-#include "amp/amp.hpp"
+#include "amp/transformer.hpp"
 #include "support/model_values.hpp"
 #include "support/reference.hpp"
 #include "support/reference_nn.hpp"

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "amp/amp.hpp"
+#include "amp/transformer.hpp"
 #include "support/reference.hpp"
 
 using namespace amp;

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "amp/amp.hpp"
+#include "amp/transformer.hpp"
 #include "support/gemm_cases.hpp"
 #include "support/model_values.hpp"
 #include "support/reference.hpp"

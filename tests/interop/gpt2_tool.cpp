@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include <amp/amp.hpp>
+#include <amp/transformer.hpp>
 #include <amp/io/safetensors.hpp>
 
 #include "common/levels.hpp"

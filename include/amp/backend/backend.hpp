@@ -72,7 +72,9 @@ class MemoryStats {
 };
 
 // Named scratch regions; each grows to the largest request and then stays.
-enum class scratch_slot { reduction, partials, gemm_a, gemm_b, gemm_c, bias_grad, loss_rows, conv, attention, fp8_amax, count };
+enum class scratch_slot {
+  reduction, partials, gemm_a, gemm_b, gemm_c, gemm_a_wide, gemm_b_wide, bias_grad, loss_rows, conv, attention, fp8_amax, count
+};
 
 // What a captured step may not do, counted where shared code decides to do it,
 // so the host's figures are the GPU's: host waits for the stream, backend

@@ -12,11 +12,13 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <zlib.h>
@@ -187,6 +189,15 @@ inline LabelledImages read_idx_pair(const std::string& images_path, const std::s
     out.labels[i] = labels.values[i];
   }
   return out;
+}
+
+// Mean and standard deviation of the pixels (scaled to [0, 1]): what inputs are normalised by.
+inline std::pair<float, float> pixel_statistics(const LabelledImages& set) {
+  double sum = 0, sq = 0;
+  for (const std::uint8_t p : set.pixels) sum += p, sq += static_cast<double>(p) * p;
+  const double n = static_cast<double>(std::max<std::size_t>(set.pixels.size(), 1));
+  const double mean = sum / n / 255.0, var = sq / n / (255.0 * 255.0) - mean * mean;
+  return {static_cast<float>(mean), static_cast<float>(std::sqrt(std::max(var, 1e-12)))};
 }
 
 }  // namespace amp::data

@@ -35,15 +35,6 @@ namespace amp::data {
 
 enum class Layout { flat, image };
 
-// Mean and standard deviation of the pixels (scaled to [0, 1]): what inputs are normalised by.
-inline std::pair<float, float> pixel_statistics(const LabelledImages& set) {
-  double sum = 0, sq = 0;
-  for (const std::uint8_t p : set.pixels) sum += p, sq += static_cast<double>(p) * p;
-  const double n = static_cast<double>(std::max<std::size_t>(set.pixels.size(), 1));
-  const double mean = sum / n / 255.0, var = sq / n / (255.0 * 255.0) - mean * mean;
-  return {static_cast<float>(mean), static_cast<float>(std::sqrt(std::max(var, 1e-12)))};
-}
-
 template <Scalar T, Backend B>
 class Loader {
  public:

@@ -42,7 +42,7 @@ inline std::vector<std::int32_t> read_tokens(const std::string& path, std::int64
   AMP_REQUIRE(bytes >= sizeof header && std::fread(header, sizeof header, 1, f) == 1, "token file '", path, "' has ",
               bytes, " bytes, less than its 1024-byte header");
   AMP_REQUIRE(header[0] == token_file_magic, "token file '", path, "' starts with ", header[0], ", not llm.c's magic ",
-              token_file_magic, " (a headerless nanoGPT .bin needs the header: scripts/tokenize.py writes it)");
+              token_file_magic, " (a headerless nanoGPT .bin needs the header: scripts/make_token_files.py writes it)");
   AMP_REQUIRE(header[1] == token_file_version, "token file '", path, "' has version ", header[1],
               "; amp reads version 1 (uint16 ids)", header[1] == 2 ? ", not 2 (uint32 ids)" : "");
   const auto count = static_cast<std::uint64_t>(static_cast<std::uint32_t>(header[2]));

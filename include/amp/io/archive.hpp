@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -194,5 +195,21 @@ class Archive {
 
   std::map<std::string, Record> records_;
 };
+
+namespace detail {
+inline std::string meta_value(const std::string& meta, const std::string& key) {
+  std::istringstream in(meta);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
+  return {};
+}
+}  // namespace detail
+
+// A checkpoint's record of how it was saved ("amp.meta": policy, optimizer,
+// scaling, ...), by key; "" where the archive has no such record or key.
+inline std::string checkpoint_meta(const Archive& a, const std::string& key) {
+  const Record* meta = a.find("amp.meta");
+  return meta ? detail::meta_value(meta->text(), key) : std::string();
+}
 
 }  // namespace amp::io

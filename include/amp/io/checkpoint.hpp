@@ -106,12 +106,6 @@ std::size_t store_index(const Optimizer& opt, const Store& store) {
   return static_cast<std::size_t>(it - stores.begin());
 }
 
-inline std::string meta_value(const std::string& meta, const std::string& key) {
-  std::istringstream in(meta);
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(key + "=", 0) == 0) return line.substr(key.size() + 1);
-  return {};
-}
 }  // namespace detail
 
 // Writes model, optimizer (with its scaler) and the caller's extras to `path`,

@@ -23,6 +23,9 @@
 #include "amp/nn/linear.hpp"
 #include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
+#if defined(__CUDACC__)
+#include "amp/backend/cuda/attention.cuh"  // cuDNN's SDPA; its frontend is heavy: only attention's users parse it
+#endif
 
 namespace amp::nn {
 

@@ -343,8 +343,18 @@ Loss<P, B> elementwise_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<co
   };
   return Loss<P, B>(pred, target.data, 0, slot, seed, name);
 }
+
+// A tensor target (what amp::data's loader gives) as a matrix, once its shape is the prediction's.
+template <Policy P, Backend B, Scalar Y>
+Matrix<const Y> target_matrix(const Output<P, B>& pred, TensorView<const Y> target, const char* name) {
+  AMP_REQUIRE(pred.shape() == target.shape, name, ": prediction ", pred.shape().str(), " and target ",
+              target.shape.str(), " differ in shape");
+  return target.matrix();
+}
 }  // namespace detail
 
+// Mean squared error over all elements; the target is a matrix, or a tensor
+// of the prediction's shape (a loader's batch).
 template <Policy P, Backend B, Scalar Y>
 Loss<P, B> mse_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> target) {
   return detail::elementwise_loss<detail::MseRule>(ctx, pred, target, "mse_loss");
@@ -352,6 +362,14 @@ Loss<P, B> mse_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<const Y> t
 template <Policy P, Backend B, Scalar Y>
 Loss<P, B> mse_loss(Context<B>& ctx, const Output<P, B>& pred, Matrix<Y> target) {
   return mse_loss(ctx, pred, Matrix<const Y>(target));
+}
+template <Policy P, Backend B, Scalar Y>
+Loss<P, B> mse_loss(Context<B>& ctx, const Output<P, B>& pred, TensorView<const Y> target) {
+  return mse_loss(ctx, pred, detail::target_matrix(pred, target, "mse_loss"));
+}
+template <Policy P, Backend B, Scalar Y>
+Loss<P, B> mse_loss(Context<B>& ctx, const Output<P, B>& pred, TensorView<Y> target) {
+  return mse_loss(ctx, pred, TensorView<const Y>(target));
 }
 
 // Softmax cross-entropy with integer class labels, mean over the batch.
@@ -392,6 +410,14 @@ Loss<P, B> bce_with_logits(Context<B>& ctx, const Output<P, B>& pred, Matrix<con
 template <Policy P, Backend B, Scalar Y>
 Loss<P, B> bce_with_logits(Context<B>& ctx, const Output<P, B>& pred, Matrix<Y> target) {
   return bce_with_logits(ctx, pred, Matrix<const Y>(target));
+}
+template <Policy P, Backend B, Scalar Y>
+Loss<P, B> bce_with_logits(Context<B>& ctx, const Output<P, B>& pred, TensorView<const Y> target) {
+  return bce_with_logits(ctx, pred, detail::target_matrix(pred, target, "bce_with_logits"));
+}
+template <Policy P, Backend B, Scalar Y>
+Loss<P, B> bce_with_logits(Context<B>& ctx, const Output<P, B>& pred, TensorView<Y> target) {
+  return bce_with_logits(ctx, pred, TensorView<const Y>(target));
 }
 
 }  // namespace amp::nn

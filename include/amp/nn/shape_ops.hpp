@@ -1,6 +1,7 @@
 #pragma once
 // Ops that combine or rearrange tensors: add (residuals), concat (along the
-// last dimension, the channels of a channels-last image), flatten, dropout.
+// last dimension, the channels of a channels-last image), flatten and its
+// inverse unflatten, dropout.
 #include <cstdint>
 
 #include "amp/model/model.hpp"
@@ -62,6 +63,33 @@ struct FlattenGradOp {
     const std::int64_t n = static_cast<std::int64_t>(i) / hw, p = static_cast<std::int64_t>(i) % hw;
     for (std::int64_t ch = 0; ch < c; ++ch)
       store_grad(dx, i * static_cast<std::size_t>(c) + static_cast<std::size_t>(ch), cast<float>(dy[(n * c + ch) * hw + p]),
+                 accumulate);
+  }
+};
+
+// Unflatten's: PyTorch's flattened NCHW order [N, C*H*W] to channels-last
+// [N, H, W, C] (a gather per pixel), and its gradient back (a scatter that
+// adds); one work item per pixel (n, p).
+template <class T>
+struct UnflattenOp {
+  const T* x;
+  T* y;
+  std::int64_t hw, c;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+    const std::int64_t n = static_cast<std::int64_t>(i) / hw, p = static_cast<std::int64_t>(i) % hw;
+    for (std::int64_t ch = 0; ch < c; ++ch) y[static_cast<std::int64_t>(i) * c + ch] = x[(n * c + ch) * hw + p];
+  }
+};
+template <class T>
+struct UnflattenGradOp {
+  const T* dy;
+  T* dx;
+  std::int64_t hw, c;
+  bool accumulate;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+    const std::int64_t n = static_cast<std::int64_t>(i) / hw, p = static_cast<std::int64_t>(i) % hw;
+    for (std::int64_t ch = 0; ch < c; ++ch)
+      store_grad(dx, static_cast<std::size_t>((n * c + ch) * hw + p), cast<float>(dy[static_cast<std::int64_t>(i) * c + ch]),
                  accumulate);
   }
 };
@@ -156,6 +184,47 @@ class Flatten {
     });
     return y;
   }
+};
+
+// [N, C*H*W] -> [N, H, W, C]: the inverse of Flatten, as torch.nn.Unflatten(1,
+// (C, H, W)): the features are read in PyTorch's NCHW order, so a Linear
+// before it has PyTorch's weights, and the image comes out channels-last.
+template <class P, class B>
+class Unflatten {
+  static_assert(Policy<P> && Backend<B>);
+
+ public:
+  using T = typename P::activation_type;
+  struct Config {
+    std::int64_t channels = 0, height = 0, width = 0;
+  };
+  static int torch_slots(const Config&) { return 1; }
+  Unflatten(Builder<P, B>, const Config& cfg) : cfg_(cfg) {
+    AMP_REQUIRE(cfg.channels > 0 && cfg.height > 0 && cfg.width > 0, "Unflatten: channels, height and width must be "
+                "positive, got ", cfg.channels, ", ", cfg.height, ", ", cfg.width);
+  }
+
+  Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
+    g.require_current(x, "Unflatten");
+    const std::int64_t c = cfg_.channels, hw = cfg_.height * cfg_.width;
+    AMP_REQUIRE(x.shape.rank() == 2 && x.shape[1] == c * hw, "Unflatten: input ", x.shape.str(), " is not [N, ", c * hw,
+                "] (channels x height x width = ", c, " x ", cfg_.height, " x ", cfg_.width, ")");
+    const std::int64_t n = x.shape[0];
+    Var<T> y = g.template tensor<T>(Shape{n, cfg_.height, cfg_.width, c});
+    const auto pixels = static_cast<std::size_t>(n * hw);
+    for_each(g.context(), pixels, detail::UnflattenOp<T>{x.data, y.data, hw, c}, static_cast<std::size_t>(c));
+    g.on_backward([=](Graph<P, B>& gb) {
+      const T* dy = gb.grad(y);
+      if (!dy) return;  // no gradient reached y: claim no slot for x
+      if (const GradOut<T> dx = gb.grad_out(x))
+        for_each(gb.context(), pixels, detail::UnflattenGradOp<T>{dy, dx.data, hw, c, dx.accumulate},
+                 static_cast<std::size_t>(c));
+    });
+    return y;
+  }
+
+ private:
+  Config cfg_;
 };
 
 template <Policy P, Backend B>

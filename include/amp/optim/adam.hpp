@@ -1,6 +1,8 @@
 #pragma once
 // Adam (L2 weight decay folded into the gradient) and AdamW (decoupled decay),
-// as torch.optim.Adam / AdamW; moments in fp32.
+// as torch.optim.Adam / AdamW, defaults included; moments in fp32.
+#include <optional>
+
 #include "amp/optim/optimizer.hpp"
 
 namespace amp::optim {
@@ -10,7 +12,7 @@ struct AdamOptions {
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float eps = 1e-8f;
-  float weight_decay = 0.0f;
+  std::optional<float> weight_decay = std::nullopt;  // default: PyTorch's, 0 for Adam and 0.01 for AdamW
   float max_grad_norm = 0.0f;
   int accumulation_steps = 1;
   std::vector<ParamGroup> groups = {};
@@ -40,10 +42,15 @@ struct AdamRule {
 
 namespace detail {
 template <bool Decoupled>
+float weight_decay(const AdamOptions& o) {
+  return o.weight_decay.value_or(Decoupled ? 0.01f : 0.0f);
+}
+template <bool Decoupled>
 AdamRule<Decoupled> adam_rule(const AdamOptions& o, const char* name) {
   AMP_REQUIRE(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, name, ": betas must lie in [0, 1), got ", o.beta1,
               ", ", o.beta2);
-  AMP_REQUIRE(o.eps > 0 && o.weight_decay >= 0, name, ": need eps > 0 and weight_decay >= 0");
+  AMP_REQUIRE(o.eps > 0, name, ": eps must be > 0, got ", o.eps);
+  AMP_REQUIRE(weight_decay<Decoupled>(o) >= 0, name, ": weight_decay must be >= 0, got ", weight_decay<Decoupled>(o));
   return {o.beta1, o.beta2, o.eps};
 }
 }  // namespace detail
@@ -55,7 +62,7 @@ class AdamBase : public FusedOptimizer<P, B, AdamRule<Decoupled>> {
   AdamBase(std::vector<Store*> params, const AdamOptions& o, ScalerConfig scaler)
       : FusedOptimizer<P, B, AdamRule<Decoupled>>(std::move(params),
                                                   detail::adam_rule<Decoupled>(o, Decoupled ? "AdamW" : "Adam"), o.lr,
-                                                  o.weight_decay,
+                                                  detail::weight_decay<Decoupled>(o),
                                                   {o.max_grad_norm, o.accumulation_steps, o.groups, o.per_tensor_norms},
                                                   scaler) {}
 };
@@ -64,9 +71,9 @@ template <Policy P, Backend B>
 class Adam : public AdamBase<P, B, false> {
  public:
   using Store = nn::ParameterStore<P, B>;
-  Adam(Store& params, AdamOptions o, ScalerConfig scaler = default_scaler_config<P>())
+  Adam(Store& params, AdamOptions o = {}, ScalerConfig scaler = default_scaler_config<P>())
       : AdamBase<P, B, false>({&params}, o, scaler) {}
-  Adam(std::vector<Store*> params, AdamOptions o, ScalerConfig scaler = default_scaler_config<P>())
+  Adam(std::vector<Store*> params, AdamOptions o = {}, ScalerConfig scaler = default_scaler_config<P>())
       : AdamBase<P, B, false>(std::move(params), o, scaler) {}
 };
 
@@ -74,11 +81,9 @@ template <Policy P, Backend B>
 class AdamW : public AdamBase<P, B, true> {
  public:
   using Store = nn::ParameterStore<P, B>;
-  // PyTorch's AdamW default decay is 0.01.
-  AdamW(Store& params, AdamOptions o = {.weight_decay = 0.01f}, ScalerConfig scaler = default_scaler_config<P>())
+  AdamW(Store& params, AdamOptions o = {}, ScalerConfig scaler = default_scaler_config<P>())
       : AdamBase<P, B, true>({&params}, o, scaler) {}
-  AdamW(std::vector<Store*> params, AdamOptions o = {.weight_decay = 0.01f},
-        ScalerConfig scaler = default_scaler_config<P>())
+  AdamW(std::vector<Store*> params, AdamOptions o = {}, ScalerConfig scaler = default_scaler_config<P>())
       : AdamBase<P, B, true>(std::move(params), o, scaler) {}
 };
 

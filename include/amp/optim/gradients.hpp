@@ -60,6 +60,19 @@ struct UnscaleOp {
   }
 };
 
+// g *= min(1, max_norm / (norm + eps)) with the norm of *stats (PyTorch's
+// clip_grad_norm_); gradients that overflowed are left for the skipped step.
+struct ClipOp {
+  float* g;
+  const GradStats* stats;
+  float max_norm, eps;
+  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+    if (overflowed(*stats)) return;
+    const float norm = static_cast<float>(sqrt(stats->sumsq));
+    if (norm > max_norm) g[i] *= max_norm / (norm + eps);
+  }
+};
+
 struct OrOverflowOp {
   int* into;
   int* also;  // nullptr: none
@@ -195,6 +208,14 @@ class Gradients {
       accumulate(scratch_.data(), first);
     });
     if (reducer_) reducer_->combine_stats(stats_.data());
+  }
+  // Scales the fp32 copy so that its global norm is at most max_norm, on the
+  // device; the norm before clipping stays in the statistics.
+  void clip_unscaled(float max_norm, float eps) {
+    restat_unscaled();
+    each_role([&](auto& r) {
+      if (r.unscaled.data()) for_each(*ctx_, r.count, detail::ClipOp{r.unscaled.data(), stats_.data(), max_norm, eps});
+    });
   }
   float factor() const { return reducer_ ? reducer_->gradient_factor() : 1.0f; }
   void set_reducer(GradientReducer* r) { reducer_ = r; }

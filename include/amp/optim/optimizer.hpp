@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -119,12 +120,18 @@ class FusedOptimizer {
     upload_hyper();
   }
   // The rate follows schedule(step) (evaluated on the device by each step;
-  // groups keep their ratio to it). StepLR, CosineLR and LinearWarmup convert.
-  void set_schedule(const Schedule& schedule) {
-    AMP_REQUIRE(schedule.step_size > 0 && schedule.total_steps > 0 && schedule.warmup_steps >= 0 &&
-                    std::isfinite(schedule.base_lr) && schedule.base_lr >= 0,
-                "optimizer: set_schedule: need step_size > 0, total_steps > 0, warmup_steps >= 0 and a finite base "
-                "rate >= 0");
+  // groups keep their ratio to it). StepLR, CosineLR and LinearWarmup convert;
+  // a schedule without base_lr starts from the current rate, as PyTorch's.
+  void set_schedule(Schedule schedule) {
+    if (schedule.base_lr == Schedule::optimizer_lr) schedule.base_lr = lr_;
+    const auto need = [](bool ok, const char* what, auto got) {
+      AMP_REQUIRE(ok, "optimizer: set_schedule: need ", what, ", got ", got);
+    };
+    need(schedule.step_size > 0, "step_size > 0", schedule.step_size);
+    need(schedule.total_steps > 0, "total_steps > 0", schedule.total_steps);
+    need(schedule.warmup_steps >= 0, "warmup_steps >= 0", schedule.warmup_steps);
+    need(std::isfinite(schedule.base_lr) && schedule.base_lr >= 0, "a finite base_lr >= 0", schedule.base_lr);
+    need(std::isfinite(schedule.min_lr) && schedule.min_lr >= 0, "a finite min_lr >= 0", schedule.min_lr);
     AMP_REQUIRE(schedule.k != Schedule::kind::table || schedule.table == table_device_.data(),
                 "optimizer: set_schedule: a table schedule comes from set_schedule(function, steps)");
     schedule_ = schedule, scheduled_ = true;
@@ -231,7 +238,32 @@ class FusedOptimizer {
   std::int64_t applied_steps() const { return state().t; }
   OptimizerState state() const { return download_one(*ctx_, static_cast<const OptimizerState*>(state_.data())); }
   void set_state(const OptimizerState& s) { upload(*ctx_, state_.span(), &s, 1); }
-  // The last check's statistics: norm and max |g| of the gradients as they were (scaled).
+  // torch.nn.utils.clip_grad_norm_ for this optimizer's parameters, between
+  // the scaled backward and step(): unscales the gradients (through its own
+  // scaler unless one has already), scales them to a global norm of at most
+  // max_norm and returns their unscaled global norm before clipping (inf when
+  // they overflowed: the step is then skipped). One sync, for the norm.
+  float clip_grad_norm(float max_norm) {
+    AMP_REQUIRE(max_norm > 0 && std::isfinite(max_norm), "clip_grad_norm: max_norm must be finite and > 0, got ",
+                max_norm);
+    AMP_REQUIRE(steps_next(), "clip_grad_norm: call it before the step() that applies, after the last of the ",
+                common_.accumulation_steps, " accumulated micro-batches");
+    if (!gradients_.unscaled()) {
+      AMP_REQUIRE(Scaler::mode == scaling::none || scaler_.scaled_this_iteration(),
+                  "clip_grad_norm: the loss was not scaled by this optimizer's own "
+                  "scaler (amp::scale_loss(loss, opt)): call scaler.unscale(opt) with the scaler that scaled it first");
+      scaler_.unscale(*this);
+    }
+    // The fp32 copy holds the micro-batches' sum; the step uses their mean.
+    const auto n = static_cast<float>(common_.accumulation_steps);
+    gradients_.clip_unscaled(max_norm * n, clip_epsilon<Rule>() * n);
+    const GradStats s = gradients_.last_stats();
+    if (s.nonfinite) return std::numeric_limits<float>::infinity();
+    return static_cast<float>(std::sqrt(s.sumsq)) / n;
+  }
+  // The last check's statistics: sum of squares and max |g| of the gradients
+  // as the check saw them: scaled by the loss scale, unless unscale() or
+  // clip_grad_norm() ran first (clip_grad_norm returns the unscaled norm).
   GradStats last_stats() const { return gradients_.last_stats(); }
   std::vector<float> per_tensor_norms() const { return gradients_.per_tensor_norms(); }
   // State buffer k (moments) of role R of store `store`, for inspection and

@@ -139,10 +139,13 @@ class LossScaler {
   }
 
   // A scaled backward is about to run: only before this iteration's steps.
-  void before_backward() const {
+  void before_backward() {
     AMP_REQUIRE(records_.empty(), "loss scaler: a scaled backward after this iteration's step() or unscale(); call "
                                   "update() first (every backward of an iteration comes before its first step)");
+    scaled_ = true;
   }
+  // Whether a backward of this iteration was scaled by this scaler (until update()).
+  bool scaled_this_iteration() const { return scaled_; }
 
   // Checks this optimizer's gradients and divides them by the scale into
   // fp32 (opt.gradients().unscaled(...) reads and edits them until the step).
@@ -179,6 +182,7 @@ class LossScaler {
     AMP_REQUIRE(!records_.empty(), "loss scaler: update() without a step() or unscale() since the last update()");
     for_each(*ctx_, 1, detail::UpdateScaleOp<Mode>{state_.data(), cfg_});
     records_.clear();
+    scaled_ = false;
     if (ctx_->capturing()) ctx_->after_each_replay([this] { watch_divergence(); });  // the mirror's copy is host work
     else watch_divergence();
   }
@@ -249,6 +253,7 @@ class LossScaler {
   Buffer<ScalerState, B> state_;
   Mirror<ScalerState, B> mirror_;
   std::vector<Record> records_;  // this iteration's optimizers
+  bool scaled_ = false;          // a backward of this iteration carried this scale
 };
 
 template <Backend B>

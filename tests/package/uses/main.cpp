@@ -6,6 +6,8 @@
 
 bool use_linear();
 bool use_conv();
+bool use_conv_transpose();
+bool use_upsample();
 bool use_norm();
 bool use_pool();
 bool use_activation();
@@ -18,9 +20,17 @@ int main() {
   const struct {
     const char* header;
     bool (*use)();
-  } uses[] = {{"nn/linear.hpp", use_linear},       {"nn/conv.hpp", use_conv},           {"nn/norm.hpp", use_norm},
-              {"nn/pool.hpp", use_pool},           {"nn/activation.hpp", use_activation}, {"nn/shape_ops.hpp", use_shape_ops},
-              {"nn/attention.hpp", use_attention}, {"nn/transformer.hpp", use_transformer}, {"scaling/loss_scaler.hpp", use_scaler}};
+  } uses[] = {{"nn/linear.hpp", use_linear},
+              {"nn/conv.hpp", use_conv},
+              {"nn/conv_transpose.hpp", use_conv_transpose},
+              {"nn/upsample.hpp", use_upsample},
+              {"nn/norm.hpp", use_norm},
+              {"nn/pool.hpp", use_pool},
+              {"nn/activation.hpp", use_activation},
+              {"nn/shape_ops.hpp", use_shape_ops},
+              {"nn/attention.hpp", use_attention},
+              {"nn/transformer.hpp", use_transformer},
+              {"scaling/loss_scaler.hpp", use_scaler}};
   int failed = 0;
   for (const auto& u : uses) {
     const bool ok = u.use();

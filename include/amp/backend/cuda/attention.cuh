@@ -12,6 +12,14 @@
 // seed the Dropout's key() gives on the device (no host sync, capturable), not
 // attention_keep's: on the GPU the fused and materialised paths drop different
 // entries, each consistently between its forward and backward.
+//
+// The frontend is an extra download (scripts/setup.sh): where cudnn_frontend.h
+// is not on the include path, fused_attention<cuda> stays false and the
+// attention layers take their materialised path; attention_available says
+// false. Every translation unit of one program must see the same choice.
+#include "amp/backend/attention.hpp"
+
+#if __has_include(<cudnn_frontend.h>)
 #ifndef CUDNN_FRONTEND_SKIP_JSON_LIB
 #define CUDNN_FRONTEND_SKIP_JSON_LIB  // amp serialises no graph; the JSON library doubles the compile time
 #endif
@@ -26,7 +34,6 @@
 #include <type_traits>
 #include <unordered_map>
 
-#include "amp/backend/attention.hpp"
 #include "amp/backend/cuda/algorithm.cuh"
 #include "amp/backend/cuda/cudnn.cuh"
 
@@ -246,3 +253,29 @@ void attention_backward(Context<cuda>& ctx, const AttentionShape& s, const G* q,
 }
 
 }  // namespace amp
+
+#else  // no cuDNN frontend: no fused kernel on the GPU; a caller that asks directly is told why
+#include "amp/backend/cuda/context.cuh"
+
+namespace amp {
+
+template <class G, class O>
+bool attention_available(Context<cuda>&, const AttentionShape&, float) {
+  return false;
+}
+
+template <class G, class O, class Dropout>
+void attention_forward(Context<cuda>&, const AttentionShape&, const G*, const G*, const G*, O*, float*, const Dropout&) {
+  AMP_REQUIRE(false, "attention_forward: amp was compiled without cuDNN's C++ frontend (cudnn_frontend.h): "
+                     "no fused attention on the GPU");
+}
+
+template <class G, class O, class Dg, class Dropout>
+void attention_backward(Context<cuda>&, const AttentionShape&, const G*, const G*, const G*, const O*, const float*,
+                        const G*, Dg*, Dg*, Dg*, const Dropout&) {
+  AMP_REQUIRE(false, "attention_backward: amp was compiled without cuDNN's C++ frontend (cudnn_frontend.h): "
+                     "no fused attention on the GPU");
+}
+
+}  // namespace amp
+#endif  // __has_include(<cudnn_frontend.h>)

@@ -8,33 +8,11 @@
 
 #include "amp/backend/backend.hpp"
 #include "amp/backend/capability.hpp"
+#include "amp/backend/cuda/device.hpp"
 #include "amp/backend/cuda/error.cuh"
 #include "amp/backend/cuda/lt_plans.cuh"
 
 namespace amp {
-
-// Number of usable CUDA devices; 0 where there is no GPU or no driver.
-inline int cuda_device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    (void)cudaGetLastError();  // clear the sticky error for later calls
-    return 0;
-  }
-  return n;
-}
-
-// Why no GPU work can run here, or "" when it can.
-inline std::string cuda_unavailable_reason() {
-  int n = 0;
-  const cudaError_t status = cudaGetDeviceCount(&n);
-  if (status != cudaSuccess) (void)cudaGetLastError();  // clear the sticky error for later calls
-  if (status == cudaErrorInsufficientDriver || status == cudaErrorNoDevice || (status == cudaSuccess && n == 0))
-    return detail::concat("no NVIDIA driver or GPU found (", cudaGetErrorName(status), ")");
-  if (status != cudaSuccess)
-    return detail::concat("no usable CUDA device (cudaGetDeviceCount: ", cudaGetErrorName(status), ": ",
-                          cudaGetErrorString(status), ")");
-  return "";
-}
 
 template <>
 class Context<cuda> : public ContextBase<Context<cuda>> {

@@ -2,7 +2,10 @@
 // Host GEMM on oneDNN: fp32 through dnnl_sgemm, bf16 through its bf16 GEMM with
 // fp32 accumulation (AVX512-BF16 / AMX kernels where the CPU has them), fp16
 // widened to fp32 by the conversion instructions and multiplied by sgemm
-// (oneDNN 2.x has no fp16 GEMM for CPUs without AVX512-FP16). The epilogue adds
+// (oneDNN 2.x has no fp16 GEMM for CPUs without AVX512-FP16). On a CPU without
+// AVX-512 (an AMD EPYC before Zen 4) oneDNN 2.x has no bf16 GEMM either: bf16
+// is widened as fp16 is, with the same result up to the order of the fp32 sums
+// (the widening is exact and the sums are fp32 either way). The epilogue adds
 // the bias and applies the activation in fp32, then rounds into C once. FP8
 // operands are decoded to bf16 and take the bf16 GEMM: an exact emulation.
 // Scratch is taken when a GEMM is issued and the work runs as one launch
@@ -26,14 +29,32 @@ namespace amp {
 namespace detail {
 // Where the fp32 work of one GEMM goes (nullptr: not needed).
 struct GemmScratch {
-  float* a = nullptr;  // fp16 A widened
-  float* b = nullptr;  // fp16 B widened
+  float* a = nullptr;  // 16-bit A widened
+  float* b = nullptr;  // 16-bit B widened
   float* z = nullptr;  // the fp32 product, when C is not fp32
   float* bias = nullptr;  // column sums for a transposed A's bias gradient
 };
 
-// n fp16 values to fp32 in parallel chunks.
-inline void widen_n(int threads, const half* in, float* out, std::size_t n) {
+// Whether oneDNN multiplies bf16 matrices on this CPU (2.x needs AVX-512): asked once.
+inline bool onednn_bf16_gemm() {
+  static const bool runs = [] {
+    const std::uint16_t one = 0x3f80;  // 1.0 in bf16
+    float c = 0.0f;
+    return onednn::gemm_bf16bf16f32('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) == 0 && c == 1.0f;
+  }();
+  return runs;
+}
+// 16-bit operands of type T that gemm widens to fp32 before multiplying.
+template <class T>
+bool widened() {
+  if constexpr (std::is_same_v<T, half>) return true;
+  else if constexpr (std::is_same_v<T, bfloat16>) return !onednn_bf16_gemm();
+  else return false;
+}
+
+// n 16-bit values to fp32 in parallel chunks.
+template <class T>
+void widen_n(int threads, const T* in, float* out, std::size_t n) {
   constexpr std::size_t chunk = 1 << 14;
   const auto chunks = static_cast<std::int64_t>((n + chunk - 1) / chunk);
 #pragma omp parallel for num_threads(threads) schedule(static) if (chunks > 1)
@@ -43,8 +64,9 @@ inline void widen_n(int threads, const half* in, float* out, std::size_t n) {
   }
 }
 
-// A contiguous fp32 copy of a (possibly strided) fp16 matrix.
-inline Matrix<const float> widen(int threads, Matrix<const half> x, float* out) {
+// A contiguous fp32 copy of a (possibly strided) 16-bit matrix.
+template <class T>
+Matrix<const float> widen(int threads, Matrix<const T> x, float* out) {
   if (x.contiguous()) widen_n(threads, x.data, out, static_cast<std::size_t>(x.size()));
   else
     for (std::int64_t r = 0; r < x.rows; ++r) convert_n(x.data + r * x.ld, out + r * x.cols, static_cast<std::size_t>(x.cols));
@@ -64,13 +86,12 @@ void multiply_fp32(int threads, Matrix<const T> a, transpose ta, Matrix<const T>
   const char opa = ta == transpose::yes ? 'T' : 'N', opb = tb == transpose::yes ? 'T' : 'N';
   if constexpr (std::is_same_v<T, float>) {
     check_onednn(onednn::sgemm(opa, opb, d.m, d.n, d.k, alpha, a.data, a.ld, b.data, b.ld, beta, c, ldc), "sgemm", d);
-  } else if constexpr (std::is_same_v<T, bfloat16>) {
+  } else {
+    static_assert(std::is_same_v<T, bfloat16>, "host gemm: fp32 or bf16 products (fp16 is widened first)");
+    (void)s;
     check_onednn(onednn::gemm_bf16bf16f32(opa, opb, d.m, d.n, d.k, alpha, reinterpret_cast<const std::uint16_t*>(a.data),
                                           a.ld, reinterpret_cast<const std::uint16_t*>(b.data), b.ld, beta, c, ldc),
                  "bf16 gemm", d);
-  } else {
-    static_assert(std::is_same_v<T, half>, "host gemm: fp32, fp16 or bf16 inputs");
-    multiply_fp32(threads, widen(threads, a, s.a), ta, widen(threads, b, s.b), tb, c, ldc, d, alpha, beta, s);
   }
 }
 
@@ -225,19 +246,24 @@ void gemm(Context<host>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
   check_epilogue(ep);
   ctx.count_launch();
   detail::GemmScratch s;
-  if constexpr (std::is_same_v<TA, half>) {
+  const bool widen = detail::widened<TA>();
+  if (widen) {
     s.a = ctx.scratch<float>(scratch_slot::gemm_a, static_cast<std::size_t>(a.size()));
     s.b = ctx.scratch<float>(scratch_slot::gemm_b, static_cast<std::size_t>(b.size()));
   }
   const std::int64_t block = std::clamp<std::int64_t>(detail::gemm_z_block / d.n, 1, d.m);
   if constexpr (!std::is_same_v<TC, float>) s.z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(block * d.n));
   if (ep.grad_bias && ta == transpose::yes) s.bias = ctx.scratch<float>(scratch_slot::bias_grad, static_cast<std::size_t>(d.m));
-  ctx.issue([threads = ctx.threads(), a, ta, b, tb, c, d, ep, s, block] {
+  ctx.issue([threads = ctx.threads(), a, ta, b, tb, c, d, ep, s, block, widen] {
     if (ep.grad_bias) detail::add_row_sums(a, ta, d, ep.grad_bias, s.bias);
-    if constexpr (std::is_same_v<TA, half> && !std::is_same_v<TC, float>)  // widened once, not once per block
-      detail::gemm_now(threads, detail::widen(threads, a, s.a), ta, detail::widen(threads, b, s.b), tb, c, d, block, ep, s);
-    else
+    if constexpr (std::is_same_v<TA, float>) {
       detail::gemm_now(threads, a, ta, b, tb, c, d, block, ep, s);
+    } else {
+      if (widen)  // once, not once per block
+        detail::gemm_now(threads, detail::widen(threads, a, s.a), ta, detail::widen(threads, b, s.b), tb, c, d, block, ep, s);
+      else if constexpr (std::is_same_v<TA, bfloat16>)
+        detail::gemm_now(threads, a, ta, b, tb, c, d, block, ep, s);
+    }
   });
 }
 
@@ -256,17 +282,26 @@ void gemm_fp8(Context<host>& ctx, const Fp8Matrix<FA>& a, const Fp8Matrix<FB>& b
   detail::GemmScratch s;
   const std::int64_t block = std::clamp<std::int64_t>(detail::gemm_z_block / d.n, 1, d.m);
   if constexpr (!std::is_same_v<TC, float>) s.z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(block * d.n));
-  ctx.issue([threads = ctx.threads(), a, b, c, d, ep, s, block, wa, wb] {
+  const bool widen = detail::widened<bfloat16>();
+  if (widen) {
+    s.a = ctx.scratch<float>(scratch_slot::gemm_a_wide, static_cast<std::size_t>(d.m * d.k));
+    s.b = ctx.scratch<float>(scratch_slot::gemm_b_wide, static_cast<std::size_t>(d.n * d.k));
+  }
+  ctx.issue([threads = ctx.threads(), a, b, c, d, ep, s, block, wa, wb, widen] {
     GemmEpilogue<TC> e = ep;
     e.alpha = ep.alpha * *a.scale_inv * *b.scale_inv;  // the scales as they are when the GEMM runs
-    detail::gemm_now(threads, detail::decode(threads, a.codes, wa), transpose::no, detail::decode(threads, b.codes, wb),
-                     transpose::yes, c, d, block, e, s);
+    const Matrix<const bfloat16> da = detail::decode(threads, a.codes, wa), db = detail::decode(threads, b.codes, wb);
+    if (widen)
+      detail::gemm_now(threads, detail::widen(threads, da, s.a), transpose::no, detail::widen(threads, db, s.b),
+                       transpose::yes, c, d, block, e, s);
+    else
+      detail::gemm_now(threads, da, transpose::no, db, transpose::yes, c, d, block, e, s);
   });
 }
 
 // C_i = alpha op(A_i) op(B_i) + beta C_i for each product of the batch, the
 // products spread over the threads (each one single-threaded inside oneDNN);
-// fp16 operands widened once for the whole batch, one rounding into C.
+// 16-bit operands oneDNN cannot multiply widened once for the whole batch, one rounding into C.
 template <class T, class TC>
 void gemm_batched(Context<host>& ctx, Matrix<const T> a, transpose ta, Matrix<const T> b, transpose tb, Matrix<TC> c,
                   const GemmBatch& batch, float alpha = 1.0f, float beta = 0.0f) {
@@ -278,21 +313,24 @@ void gemm_batched(Context<host>& ctx, Matrix<const T> a, transpose ta, Matrix<co
   };
   float* z = std::is_same_v<TC, float> ? nullptr
                                        : ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(batch.count * d.m * d.n));
-  if constexpr (std::is_same_v<T, half>) {
-    const std::size_t na = extent(a, batch.stride_a), nb = extent(b, batch.stride_b);
-    float* wa = ctx.scratch<float>(scratch_slot::gemm_a, na);
-    float* wb = ctx.scratch<float>(scratch_slot::gemm_b, nb);
-    ctx.issue([threads = ctx.threads(), a, ta, b, tb, c, d, batch, alpha, beta, z, wa, wb, na, nb] {
-      detail::widen_n(threads, a.data, wa, na);
-      detail::widen_n(threads, b.data, wb, nb);
-      detail::gemm_batched_fp32(threads, Matrix<const float>(wa, a.rows, a.cols, a.ld), ta,
-                                Matrix<const float>(wb, b.rows, b.cols, b.ld), tb, c, d, batch, alpha, beta, z);
-    });
-  } else {
+  if constexpr (!std::is_same_v<T, float>) {
+    if (detail::widened<T>()) {
+      const std::size_t na = extent(a, batch.stride_a), nb = extent(b, batch.stride_b);
+      float* wa = ctx.scratch<float>(scratch_slot::gemm_a, na);
+      float* wb = ctx.scratch<float>(scratch_slot::gemm_b, nb);
+      ctx.issue([threads = ctx.threads(), a, ta, b, tb, c, d, batch, alpha, beta, z, wa, wb, na, nb] {
+        detail::widen_n(threads, a.data, wa, na);
+        detail::widen_n(threads, b.data, wb, nb);
+        detail::gemm_batched_fp32(threads, Matrix<const float>(wa, a.rows, a.cols, a.ld), ta,
+                                  Matrix<const float>(wb, b.rows, b.cols, b.ld), tb, c, d, batch, alpha, beta, z);
+      });
+      return;
+    }
+  }
+  if constexpr (!std::is_same_v<T, half>)
     ctx.issue([threads = ctx.threads(), a, ta, b, tb, c, d, batch, alpha, beta, z] {
       detail::gemm_batched_fp32(threads, a, ta, b, tb, c, d, batch, alpha, beta, z);
     });
-  }
 }
 
 // The older call form: C = alpha op(A) op(B) + beta C.

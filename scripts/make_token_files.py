@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes llm.c token files from text with a byte-level tokenizer (token id = byte value, vocabulary 256).
 
-    scripts/tokenize.py OUT_PREFIX TEXT... [--val-fraction 0.1]
+    scripts/make_token_files.py OUT_PREFIX TEXT... [--val-fraction 0.1]
 
 TEXT: files, or folders whose files without an extension are read in name order (as char_lm reads the fortunes).
 The text is concatenated; the last --val-fraction validates. Writes OUT_PREFIX_train.bin and OUT_PREFIX_val.bin:
@@ -26,7 +26,7 @@ def text_files(paths):
         elif os.path.isfile(path):
             yield path
         else:
-            sys.exit(f"tokenize.py: '{path}' is neither a file nor a folder")
+            sys.exit(f"make_token_files.py: '{path}' is neither a file nor a folder")
 
 
 def write(path, ids):
@@ -45,11 +45,11 @@ def main():
     parser.add_argument("--val-fraction", type=float, default=0.1)
     a = parser.parse_args()
     if not 0 < a.val_fraction < 1:
-        sys.exit("tokenize.py: --val-fraction must be in (0, 1)")
+        sys.exit("make_token_files.py: --val-fraction must be in (0, 1)")
     data = b"".join(open(f, "rb").read() for f in text_files(a.text))
     split = int(len(data) * (1 - a.val_fraction))
     if split < 2 or len(data) - split < 2:
-        sys.exit(f"tokenize.py: {len(data)} bytes of text are too few to split")
+        sys.exit(f"make_token_files.py: {len(data)} bytes of text are too few to split")
     write(a.prefix + "_train.bin", list(data[:split]))
     write(a.prefix + "_val.bin", list(data[split:]))
 

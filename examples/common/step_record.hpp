@@ -1,0 +1,12 @@
+#pragma once
+// One training step's figures as the examples log them (common/record.hpp
+// writes them on the device; a program's main tabulates them).
+
+namespace examples {
+
+struct StepRecord {
+  float loss, scale;
+  long long skipped;
+};
+
+}  // namespace examples
