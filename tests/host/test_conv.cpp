@@ -6,7 +6,9 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "amp/amp.hpp"
@@ -41,6 +43,12 @@ static_assert(sizeof(amp::detail::onednn::exec_arg) == sizeof(dnnl_exec_arg_t));
 
 TEST_CASE_TEMPLATE("oneDNN convolution passes against an FP64 direct convolution", T, float, bfloat16) {
   Context<host> ctx;
+  if (std::is_same_v<T, bfloat16> && !conv_available<T>(ctx, conv_cases()[1], true)) {
+    // oneDNN 2.x convolves bf16 with AVX-512 only; elsewhere the layers take im2col + GEMM (test_layers).
+    std::printf("[amp-skip] oneDNN has no bf16 convolution on this CPU (%s kernels)\n",
+                std::string(amp::detail::onednn::isa_name()).c_str());
+    return;
+  }
   std::uint32_t seed = 11;
   for (const ConvGeometry& g : conv_cases())
     for (const bool bias : {true, false}) check_conv_passes<T>(ctx, g, bias, seed += 4);
