@@ -63,12 +63,7 @@ std::vector<float> train_lm(Model& model, Context<B>& ctx, const std::vector<std
     amp::scale_loss(loss, opt).backward();
     opt.step();
   }
-  std::vector<float> all;
-  for (std::size_t i = 0; i < model.parameters().table().size(); ++i) {
-    const auto v = model.parameters().get_values(static_cast<int>(i));
-    all.insert(all.end(), v.begin(), v.end());
-  }
-  return all;
+  return all_values(model);
 }
 }  // namespace
 
