@@ -2,7 +2,11 @@
 // on the CPU or the GPU: LayerNorm's forward (statistics and the normalised row
 // in one pass) and its input gradient at GPT-2's width, and the fused
 // classifier's row (softmax, loss and gradient in place) over GPT-2's
-// 50257-wide vocabulary. Each op's figure is the bytes it must move (each input
+// 50257-wide vocabulary; the bias gradient's column sums (dy's columns over
+// every token, added to a gradient: Linear's and LayerNorm's backward) and the
+// embedding table's gradient (dy's rows grouped by token id, then summed per
+// token into the table's rows; a quarter of the tokens are 8 frequent ids, as
+// in text). Each op's figure is the bytes it must move (each input
 // read once, each output written once) over its time, beside a copy of as many
 // bytes: what the memory gives here. Issue 24's GPU target is LayerNorm's
 // forward at width 768 over 16384 rows at >= 70% of the card's bandwidth.
@@ -109,6 +113,36 @@ std::vector<Row> measure(amp::Context<B>& ctx, std::int64_t rows, std::int64_t w
                                                                          1.0f / static_cast<float>(vocab_rows),
                                                                          losses.data()});
       }));
+
+  amp::Buffer<float, B> partial(ctx, amp::column_sum_partials(rows, width), amp::memory_kind::workspace);
+  amp::Buffer<T, B> bias_grad(ctx, static_cast<std::size_t>(width), amp::memory_kind::grads);
+  amp::fill(ctx, bias_grad.span(), amp::cast<T>(0.0f));
+  add("bias gradient (column sums)", shape, static_cast<double>(n * t) + 2.0 * static_cast<double>(width) * t,
+      seconds_per_call(ctx, repeat, [&] {
+        amp::add_column_sums(ctx, rows, width, amp::detail::ValueAt<T>{dy.data(), width}, partial.data(), bias_grad.data());
+      }));
+
+  std::vector<std::int32_t> token_values(r);
+  for (std::size_t i = 0; i < r; ++i)
+    token_values[i] = static_cast<std::int32_t>(i % 4 == 0 ? i / 4 % 8 : i * 7919 % static_cast<std::size_t>(vocab));
+  const std::size_t distinct = [&] {
+    auto v = token_values;
+    std::sort(v.begin(), v.end());
+    return static_cast<std::size_t>(std::unique(v.begin(), v.end()) - v.begin());
+  }();
+  amp::Buffer<std::int32_t, B> tokens(ctx, r, amp::memory_kind::data), grouped(ctx, 3 * r + 2, amp::memory_kind::workspace);
+  amp::upload(ctx, tokens.span(), token_values);
+  amp::Buffer<std::byte, B> group_temp(ctx, amp::group_by_key_bytes(ctx, r), amp::memory_kind::workspace);
+  const amp::KeyGroups groups{grouped.data(), grouped.data() + r, grouped.data() + 2 * r, grouped.data() + 3 * r + 1};
+  amp::Buffer<T, B> table_grad(ctx, static_cast<std::size_t>(vocab * width), amp::memory_kind::grads);
+  amp::fill(ctx, table_grad.span(), amp::cast<T>(0.0f));
+  add("embedding grad: group ids", std::to_string(rows) + " ids", 4.0 * static_cast<double>(r) * 4,
+      seconds_per_call(ctx, repeat, [&] { amp::group_by_key(ctx, tokens.data(), r, groups, group_temp.data()); }));
+  add("embedding grad: sum rows", shape + " -> " + std::to_string(distinct),
+      static_cast<double>(n * t) + 2.0 * static_cast<double>(distinct) * static_cast<double>(width) * t,
+      seconds_per_call(ctx, repeat, [&] {
+        d::add_embedding_grad(ctx, groups, dy.data(), r, vocab, width, table_grad.data());
+      }));
   const double copy = std::max(out[0].gb_per_s, out[1].gb_per_s);
   for (auto& row : out) row.of_copy = row.gb_per_s / copy;
   return out;
@@ -135,13 +169,14 @@ std::string to_json(const std::string& device, const std::vector<Row>& rows) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  examples::Args args("row_ops", "the memory bandwidth of amp's row operations (LayerNorm, the fused classifier)");
+  examples::Args args("row_ops", "the memory bandwidth of amp's row operations (LayerNorm, the fused classifier, "
+                                 "the bias and embedding gradients)");
   args.flag("device", "auto", "auto|cpu|cuda (auto: the GPU when one is present)", "DEVICE")
       .flag("threads", "0", "CPU threads (0: the idle cores)", "N")
-      .flag("rows", "16384", "LayerNorm rows (tokens)", "N")
-      .flag("width", "768", "LayerNorm width (GPT-2 small: 768)", "N")
+      .flag("rows", "16384", "LayerNorm, bias and embedding gradient rows (tokens)", "N")
+      .flag("width", "768", "their width (GPT-2 small: 768)", "N")
       .flag("vocab-rows", "256", "classifier rows", "N")
-      .flag("vocab", "50257", "classifier width (GPT-2's vocabulary: 50257)", "N")
+      .flag("vocab", "50257", "classifier width and embedding rows (GPT-2's vocabulary: 50257)", "N")
       .flag("repeat", "20", "timed calls per op", "N")
       .flag("csv", "", "write the table as CSV to FILE", "FILE")
       .flag("json", "", "write the table as JSON to FILE", "FILE");
@@ -160,10 +195,10 @@ int main(int argc, char** argv) try {
   examples::with_context(gpu, threads, [&]<amp::Backend B>(amp::Context<B>& ctx) {
     device = examples::device_label(ctx);
     std::printf("row_ops on %s, %d timed calls each\n", device.c_str(), repeat);
-    std::printf("%-26s %-6s %-14s %10s %10s %10s %8s\n", "op", "type", "shape", "MB moved", "ms", "GB/s", "of copy");
+    std::printf("%-28s %-6s %-22s %10s %10s %10s %8s\n", "op", "type", "shape", "MB moved", "ms", "GB/s", "of copy");
     const auto run = [&]<class T>() {
       for (const auto& r : measure<T>(ctx, rows, width, vocab_rows, vocab, repeat)) {
-        std::printf("%-26s %-6s %-14s %10.1f %10.4f %10.1f %7.0f%%\n", r.op.c_str(), r.type.c_str(), r.shape.c_str(),
+        std::printf("%-28s %-6s %-22s %10.1f %10.4f %10.1f %7.0f%%\n", r.op.c_str(), r.type.c_str(), r.shape.c_str(),
                     r.megabytes, r.ms, r.gb_per_s, 100.0 * r.of_copy);
         std::fflush(stdout);
         table.push_back(r);

@@ -99,12 +99,14 @@ class CapturedStep {
     } catch (...) {
       ctx_->set_mode(step_mode::eager);
       graph_.abort(*ctx_);
+      ctx_->release_held_frees();
       throw;
     }
     ctx_->set_mode(step_mode::eager);
     after_replay_ = ctx_->take_after_replay();
     if (const std::size_t frees = (ctx_->counters() - before).frees; frees != 0) {
       graph_.abort(*ctx_);
+      ctx_->release_held_frees();
       fail("amp: a captured step freed ", frees, " buffers; a CUDA graph cannot hold that. Keep the body's buffers "
            "alive outside it");
     }

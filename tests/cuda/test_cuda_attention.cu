@@ -1,12 +1,15 @@
 // CUDA twins of the attention backend: cuDNN's fused attention against the
-// host's fused kernel, forward, backward and dropout. Without a GPU (or
-// without cuDNN's frontend) each case skips.
+// host's fused kernel, forward, backward and dropout, contiguous and on the
+// layer's strided views; the layer's launches on the GPU; and (its only CUDA
+// twin file at hand) FP8's tiled cast-with-transpose against the host's row
+// loop, bit for bit. Without a GPU (or without cuDNN's frontend) each case skips.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "amp/transformer.hpp"
+#include "support/attention_launches.hpp"
 #include "support/backend_values.hpp"
 #include "support/gpu.cuh"
 #include "support/reference.hpp"
@@ -130,4 +133,125 @@ TEST_CASE("cuda: cuDNN attention dropout: forward and backward drop the same ent
   }
   CHECK(masks[0] == masks[1]);  // the same key: the same entries
   CHECK(masks[0] != masks[2]);  // another key: others
+}
+
+// The layer's views: Q, K, V read in place from a packed [batch, time, 3, heads,
+// dim] buffer, O and dO in the merged rows, dQ, dK, dV written into the packed
+// gradient. cuDNN on those strides against the host's kernel on contiguous heads.
+TEST_CASE_TEMPLATE("cuda: cuDNN's fused attention on strided views into packed qkv matches the host's", G, half,
+                   amp::bfloat16) {
+  AMP_REQUIRE_GPU();
+  AMP_REQUIRE_CUDNN_FRONTEND();
+  Context<amp::cuda> ctx;
+  Context<host> hctx;
+  constexpr std::int64_t batch = 2, heads = 3, time = 70, dim = 64, features = heads * dim;
+  const float alpha = 0.125f;
+  const AttentionShape flat{batch * heads, time, dim, alpha};
+  const AttentionShape packed{batch * heads, time, dim, alpha, heads, 3 * features, features};
+  REQUIRE(attention_available<G, G>(ctx, packed, 0.0f));
+  const auto n = static_cast<std::size_t>(batch * heads * time * dim);
+  std::vector<std::vector<G>> parts;  // q, k, v, dO per head
+  for (std::uint32_t i = 0; i < 4; ++i) parts.push_back(random_values<G>(n, 60 + i));
+  const auto at = [&](std::size_t i, std::int64_t stride) {
+    const auto j = static_cast<std::int64_t>(i);
+    return static_cast<std::size_t>(packed.head_start(j / (time * dim), stride) + j / dim % time * stride + j % dim);
+  };
+  std::vector<G> qkv(3 * n), dout(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t part = 0; part < 3; ++part) qkv[at(i, 3 * features) + part * features] = parts[part][i];
+    dout[at(i, features)] = parts[3][i];
+  }
+  const TestDropout none{};
+  std::vector<G> out(n), dq(n), dk(n), dv(n);
+  std::vector<float> lse(n / dim);
+  attention_forward(hctx, flat, parts[0].data(), parts[1].data(), parts[2].data(), out.data(), lse.data(), none);
+  attention_backward(hctx, flat, parts[0].data(), parts[1].data(), parts[2].data(), out.data(), lse.data(),
+                     parts[3].data(), dq.data(), dk.data(), dv.data(), none);
+
+  const auto dev_qkv = on_backend(ctx, qkv), dev_dout = on_backend(ctx, dout);
+  Buffer<G, amp::cuda> o(ctx, n, memory_kind::workspace), dqkv(ctx, 3 * n, memory_kind::workspace);
+  Buffer<float, amp::cuda> l(ctx, n / dim, memory_kind::workspace);
+  const G* base = dev_qkv.data();
+  attention_forward(ctx, packed, base, base + features, base + 2 * features, o.data(), l.data(), none);
+  attention_backward(ctx, packed, base, base + features, base + 2 * features, o.data(), l.data(), dev_dout.data(),
+                     dqkv.data(), dqkv.data() + features, dqkv.data() + 2 * features, none);
+  const auto got_o = values_of(ctx, o), got_d = values_of(ctx, dqkv);
+  std::vector<double> o_heads(n), d_heads[3] = {std::vector<double>(n), std::vector<double>(n), std::vector<double>(n)};
+  for (std::size_t i = 0; i < n; ++i) {
+    o_heads[i] = got_o[at(i, features)];
+    for (std::size_t part = 0; part < 3; ++part) d_heads[part][i] = got_d[at(i, 3 * features) + part * features];
+  }
+  const auto normwise = [](const std::vector<double>& got, const std::vector<double>& ref) {
+    double err = 0, norm = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) err += (got[i] - ref[i]) * (got[i] - ref[i]), norm += ref[i] * ref[i];
+    return std::sqrt(err / norm);
+  };
+  const double tol = 8 * unit_roundoff<G>;
+  CHECK(normwise(o_heads, to_double(out)) <= tol);
+  CHECK(worst_error_ratio(values_of(ctx, l), to_double(lse), 1e-4, 1e-4) <= 1.0);
+  CHECK(normwise(d_heads[0], to_double(dq)) <= tol);
+  CHECK(normwise(d_heads[1], to_double(dk)) <= tol);
+  CHECK(normwise(d_heads[2], to_double(dv)) <= tol);
+}
+
+// On the GPU the fused layer is cuDNN's kernel alone each pass (was 5 and 5:
+// three head splits and a merge forward, a split and three merges backward),
+// plus one launch for Philox's seed where dropout is on.
+TEST_CASE("cuda: the fused attention layer launches cuDNN's kernel alone, one a pass (and dropout's seed)") {
+  AMP_REQUIRE_GPU();
+  AMP_REQUIRE_CUDNN_FRONTEND();
+  using P = O2BF16Policy;
+  Context<amp::cuda> ctx;
+  for (const float dropout : {0.0f, 0.1f}) {
+    CAPTURE(dropout);
+    const AttentionConfig cfg{.features = 128, .heads = 2, .dropout = dropout};
+    const Launches linears = launches_per_step<P, ItsLinears<P, amp::cuda>>(ctx, cfg, 64);
+    const Launches fused = launches_per_step<P, AttentionAlone<P, amp::cuda>>(ctx, cfg, 64);
+    const std::size_t seed = dropout > 0.0f ? 1 : 0;
+    CHECK(fused.forward - linears.forward == 1 + seed);
+    CHECK(fused.backward - linears.backward == 1 + seed);
+  }
+}
+
+// FP8's cast with a transpose: the GPU's 32 x 32 tiles (backend/cuda/cast_transposed.cuh)
+// against the host's row loop, codes, transposed codes and the recorded amax bit for
+// bit, on shapes that are no multiple of a tile, and one past a block's column chunk.
+TEST_CASE_TEMPLATE("cuda: the FP8 cast's tiled transpose writes the host's codes bit for bit", F, amp::fp8_e4m3,
+                   amp::fp8_e5m2) {
+  AMP_REQUIRE_GPU();
+  Context<amp::cuda> ctx;
+  Context<host> hctx;
+  const struct {
+    std::int64_t rows, cols;
+  } shapes[] = {{45, 70}, {70, 45}, {33, 1100}, {1, 1}};
+  for (const auto& sh : shapes) {
+    CAPTURE(sh.rows);
+    CAPTURE(sh.cols);
+    const auto count = static_cast<std::size_t>(sh.rows * sh.cols);
+    auto x = random_values<amp::bfloat16>(count, static_cast<std::uint32_t>(sh.rows + sh.cols), -300.0f, 300.0f);
+    if (count > 20) x[7] = cast<amp::bfloat16>(INFINITY), x[19] = cast<amp::bfloat16>(-1e30f);  // NaN code; saturated
+    const std::vector<float> meta_start = {2.0f, 1.5f, 1.0f / 1.5f};  // amax so far, scale, scale_inv
+    std::vector<float> meta_host = meta_start;
+    std::vector<F> codes(count), codes_t(count);
+    const std::size_t host_before = hctx.counters().launches;
+    nn::fp8_cast<DelayedScaling<>>(hctx, x.data(), sh.rows, sh.cols, codes.data(), codes_t.data(),
+                                   nn::Fp8Meta{&meta_host[0], &meta_host[1], &meta_host[2]}, true);
+    hctx.synchronize();
+    const std::size_t host_launches = hctx.counters().launches - host_before;
+
+    const auto dev_x = on_backend(ctx, x);
+    auto meta = on_backend(ctx, meta_start);
+    Buffer<F, amp::cuda> dev_codes(ctx, count, memory_kind::workspace), dev_codes_t(ctx, count, memory_kind::workspace);
+    const std::size_t before = ctx.counters().launches;
+    nn::fp8_cast<DelayedScaling<>>(ctx, dev_x.data(), sh.rows, sh.cols, dev_codes.data(), dev_codes_t.data(),
+                                   nn::Fp8Meta{meta.data(), meta.data() + 1, meta.data() + 2}, true);
+    CHECK(ctx.counters().launches - before == host_launches);  // the same decisions, the same count
+    const auto got = download(ctx, Span<const F>(dev_codes.data(), count)),
+               got_t = download(ctx, Span<const F>(dev_codes_t.data(), count));
+    std::size_t wrong = 0, wrong_t = 0;
+    for (std::size_t i = 0; i < count; ++i) wrong += got[i].__x != codes[i].__x, wrong_t += got_t[i].__x != codes_t[i].__x;
+    CHECK(wrong == 0);
+    CHECK(wrong_t == 0);
+    CHECK(download(ctx, Span<const float>(meta.data(), 1))[0] == meta_host[0]);
+  }
 }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <iostream>
 #include <limits>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "support/gemm_cases.hpp"
 #include "support/gpu.cuh"
 #include "support/reference.hpp"
+#include "support/runs_op.hpp"
 
 using namespace amp;
 using namespace amp::test;
@@ -41,6 +43,22 @@ struct CastBoth {
   }
 };
 }  // namespace
+
+// First: the GPU check's summary reads this line (and names an older library as the likely cause of a failure).
+TEST_CASE("cuda: the libraries loaded are those the headers expect (same major, said when older)") {
+  AMP_REQUIRE_GPU();
+  const CudaVersions v = CudaVersions::loaded();
+  std::cout << v.line() << std::endl;
+  CHECK(v.driver >= v.runtime);  // a driver older than the runtime fails every call
+  CHECK(v.cudnn / 10000 == v.cudnn_built / 10000);
+  CHECK(v.cudnn_cuda / 1000 == CUDART_VERSION / 1000);
+  CHECK(v.cublas / 10000 == v.cublas_built / 10000);
+  CHECK_NOTHROW(detail::check_cudnn_version());
+  CHECK_NOTHROW(detail::check_cublas_version());
+  bool said = false;  // another major is refused by name, with the way out
+  CHECK_THROWS_WITH_AS(detail::check_library_version("cuDNN", 80900, 91900, said),
+                       doctest::Contains("another major version"), Error);
+}
 
 TEST_CASE("cuda: casts give the same bits on device and host") {
   AMP_REQUIRE_GPU();
@@ -218,6 +236,20 @@ TEST_CASE("cuda: the FP8 cast (codes, transpose, amax) and gemm_fp8 on cuBLASLt 
     const double tol = 2 * gemm_rtol<amp::bfloat16>(k) * k * 0.6;  // sum |x w| <= k * 3 * 0.2
     CHECK(worst_error_ratio(to_double(download(ctx, Span<const amp::bfloat16>(dc.span()))), to_double(hc), 0.0, tol) <= 1.0);
     CHECK(worst_error_ratio(to_double(download(ctx, Span<const amp::bfloat16>(dpre.span()))), to_double(hpre), 0.0, tol) <= 1.0);
+
+    // An fp32 output with a bias: cuBLASLt's FP8 table has no fp32 bias, so the product is plain and the epilogue fp32.
+    std::vector<float> bias32(bias.size()), hc32(m * n);
+    for (std::size_t i = 0; i < bias.size(); ++i) bias32[i] = cast<float>(bias[i]);
+    DeviceCopy<float> dbias32(ctx, bias32);
+    Buffer<float, amp::cuda> dc32(ctx, m * n, memory_kind::workspace);
+    gemm_fp8(hctx, Fp8Matrix<fp8_e4m3>{{x8.data(), m, k, k}, &hx[2]}, Fp8Matrix<fp8_e4m3>{{w8.data(), n, k, k}, &hw[2]},
+             matrix(hc32.data(), m, n), GemmEpilogue<float>{.bias = bias32.data(), .act = activation::relu});
+    gemm_fp8(ctx, Fp8Matrix<fp8_e4m3>{{dx8.data(), m, k, k}, mx.buf.data() + 2},
+             Fp8Matrix<fp8_e4m3>{{dw8.data(), n, k, k}, mw.buf.data() + 2}, matrix(dc32.data(), m, n),
+             GemmEpilogue<float>{.bias = dbias32.buf.data(), .act = activation::relu});
+    hctx.synchronize();
+    const double tol32 = 2 * gemm_rtol<float>(k) * k * 0.6;
+    CHECK(worst_error_ratio(to_double(download(ctx, Span<const float>(dc32.span()))), to_double(hc32), 0.0, tol32) <= 1.0);
   }
 }
 
@@ -232,13 +264,26 @@ TEST_CASE_TEMPLATE("cuda: cuDNN convolution passes against an FP64 direct convol
   AMP_REQUIRE_GPU();
   Context<amp::cuda> ctx;
   std::uint32_t seed = 11;
+  std::size_t taken = 0, refused = 0;
+  // A shape cuDNN takes runs all three passes (they were planned together); one it refuses is the layer's im2col's.
   for (const ConvGeometry& g : conv_cases())
-    for (const bool bias : {true, false}) check_conv_passes<T>(ctx, g, bias, seed += 4);
+    for (const bool bias : {true, false}) {
+      if (!conv_available<T>(ctx, g, bias)) {
+        ++refused;
+        continue;
+      }
+      check_conv_passes<T>(ctx, g, bias, seed += 4);  // forward, input gradient in T and fp32, filter gradient
+      ++taken;
+    }
   const auto& state = ctx.library_state<detail::CudnnConvState>();
-  MESSAGE("cuDNN ", state.passes_widened(), " of the planned gradient passes write T and widen (no fp32-output engine)");
+  CHECK(state.without_engine() == refused);
+  CHECK(taken > 0);
+  MESSAGE("cuDNN takes ", taken, " of ", taken + refused, " shapes; ", state.passes_widened(),
+          " of the planned gradient passes write T and widen (no fp32-output engine)");
   // Planned once: a second round of the same shapes makes no plan and moves no scratch.
   const std::size_t plans = state.size(), moves = ctx.scratch_moves();
-  for (const ConvGeometry& g : conv_cases()) check_conv_passes<T>(ctx, g, true, seed += 4);
+  for (const ConvGeometry& g : conv_cases())
+    if (conv_available<T>(ctx, g, true)) check_conv_passes<T>(ctx, g, true, seed += 4);
   CHECK(state.size() == plans);
   CHECK(ctx.scratch_moves() == moves);
 }
@@ -313,4 +358,169 @@ TEST_CASE("cuda: group_by_key (CUB's radix sort, run-length encoding, scan) matc
   const auto want = grouped(cpu);
   CHECK(std::get<0>(want) > 1000);
   CHECK(grouped(gpu) == want);
+}
+
+// Cells, runs (16-byte loads), column sums, the bias-gradient fallback, the embedding gradient and
+// per-tensor statistics: each kernel's GPU mapping against the host's.
+namespace {
+struct CellHits {
+  int* out;
+  std::int64_t cols;
+  __host__ __device__ void operator()(std::int64_t r, std::int64_t c) const { out[r * cols + c] += static_cast<int>(c % 5) + 1; }
+};
+}  // namespace
+
+TEST_CASE_TEMPLATE("cuda: for_each_cell, runs and column sums give the host's results (column sums: its bits)", T,
+                   float, half, amp::bfloat16) {
+  AMP_REQUIRE_GPU();
+  Context<amp::cuda> ctx;
+  Context<host> hctx;
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 1}, {37, 1000}, {70000, 3}}) {
+    Buffer<int, amp::cuda> hits(ctx, static_cast<std::size_t>(rows * cols), memory_kind::workspace);
+    fill(ctx, hits.span(), 0);
+    for_each_cell(ctx, rows, cols, CellHits{hits.data(), cols});
+    const auto got = download(ctx, Span<const int>(hits.span()));
+    for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == static_cast<int>(i % static_cast<std::size_t>(cols) % 5) + 1);
+  }
+  // Rows of 768 (aligned: 16-byte loads), 771 (misaligned after the first row) and 4096 (a block per row).
+  for (const std::int64_t width : {768, 771, 4096}) {
+    CAPTURE(width);
+    const std::int64_t rows = 33;
+    const auto x = random_values<T>(static_cast<std::size_t>(rows * width), 41);
+    DeviceCopy<T> dx(ctx, x);
+    Buffer<float, amp::cuda> dsums(ctx, rows, memory_kind::workspace);
+    Buffer<T, amp::cuda> dy(ctx, x.size(), memory_kind::workspace);
+    std::vector<float> hsums(rows);
+    std::vector<T> hy(x.size());
+    for_each_row(ctx, rows, width, SumAndDoubleRunsOp<T>{dx.buf.data(), width, width, dsums.data(), dy.data()});
+    for_each_row(hctx, rows, width, SumAndDoubleRunsOp<T>{x.data(), width, width, hsums.data(), hy.data()});
+    const auto gy = download(ctx, Span<const T>(dy.span()));
+    const auto gs = download(ctx, Span<const float>(dsums.span()));
+    for (std::size_t i = 0; i < hy.size(); ++i) REQUIRE(cast<float>(gy[i]) == cast<float>(hy[i]));
+    for (std::int64_t r = 0; r < rows; ++r) CHECK(gs[r] == doctest::Approx(hsums[r]).epsilon(1e-5));
+  }
+  // Column sums: direct and stranded trees, on and off the host's 16-column vectors, written and added.
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{100, 17}, {2048, 48}, {2117, 33}, {70000, 16},
+                                   {16384, 768}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    const auto x = random_values<T>(static_cast<std::size_t>(rows * cols), 43, -2.0f, 2.0f);
+    DeviceCopy<T> dx(ctx, x);
+    Buffer<float, amp::cuda> dpartial(ctx, column_sum_partials(rows, cols), memory_kind::workspace),
+        dout(ctx, static_cast<std::size_t>(cols), memory_kind::workspace);
+    std::vector<float> hpartial(column_sum_partials(rows, cols)), hout(static_cast<std::size_t>(cols));
+    column_sums(ctx, rows, cols, amp::detail::ValueAt<T>{dx.buf.data(), cols}, dpartial.data(), dout.data());
+    column_sums(hctx, rows, cols, amp::detail::ValueAt<T>{x.data(), cols}, hpartial.data(), hout.data());
+    CHECK(download(ctx, Span<const float>(dout.span())) == hout);
+    std::vector<T> hgrad(static_cast<std::size_t>(cols), cast<T>(0.5f));
+    DeviceCopy<T> dgrad(ctx, hgrad);
+    add_column_sums(ctx, rows, cols, amp::detail::ValueAt<T>{dx.buf.data(), cols}, dpartial.data(), dgrad.buf.data());
+    add_column_sums(hctx, rows, cols, amp::detail::ValueAt<T>{x.data(), cols}, hpartial.data(), hgrad.data());
+    const auto g = download(ctx, Span<const T>(dgrad.buf.span()));
+    for (std::int64_t c = 0; c < cols; ++c) REQUIRE(cast<float>(g[c]) == cast<float>(hgrad[c]));
+  }
+}
+
+TEST_CASE_TEMPLATE("cuda: the GEMM's bias-gradient fallback (row sums, column sums) matches the fp64 sums", T, float,
+                   half, amp::bfloat16) {
+  AMP_REQUIRE_GPU();
+  Context<amp::cuda> ctx;
+  for (const bool transposed : {false, true})
+    for (const auto& [m, k] : {std::pair<std::int64_t, std::int64_t>{37, 40}, {768, 16384}, {50, 3001}}) {
+      CAPTURE(transposed);
+      CAPTURE(m);
+      CAPTURE(k);
+      // op(A) is [m x k]: A itself, or A = [k x m] transposed (a weight gradient's dY^T).
+      const std::int64_t rows = transposed ? k : m, cols = transposed ? m : k;
+      const auto a = random_values<T>(static_cast<std::size_t>(rows * cols), 51);
+      DeviceCopy<T> da(ctx, a);
+      std::vector<float> grad(static_cast<std::size_t>(m), 0.25f);
+      DeviceCopy<float> dgrad(ctx, grad);
+      detail::add_bias_grad(ctx, Matrix<const T>{da.buf.data(), rows, cols, cols}, transposed ? transpose::yes : transpose::no,
+                            dgrad.buf.data());
+      const auto got = download(ctx, Span<const float>(dgrad.buf.span()));
+      for (std::int64_t i = 0; i < m; ++i) {
+        double want = 0.25, size = 0;
+        for (std::int64_t p = 0; p < k; ++p) {
+          const double v = cast<float>(transposed ? a[p * m + i] : a[i * k + p]);
+          want += v, size += std::abs(v);
+        }
+        REQUIRE(std::abs(got[i] - want) <= 1e-5 * size + 1e-6);
+      }
+    }
+}
+
+TEST_CASE_TEMPLATE("cuda: the embedding's rows and its gradient (a warp or block per token) give the host's bits", T,
+                   half, float) {
+  AMP_REQUIRE_GPU();
+  Context<amp::cuda> ctx;
+  Context<host> hctx;
+  constexpr std::int64_t vocab = 1000, batch = 4, time = 512, rows = batch * time;
+  std::vector<std::int32_t> ids(rows);
+  for (std::int64_t i = 0; i < rows; ++i) ids[i] = static_cast<std::int32_t>(i % 4 == 0 ? 3 : (i * 7919) % vocab);
+  ids[1] = -1, ids[2] = vocab;  // outside the table: zero rows, no gradient
+  DeviceCopy<std::int32_t> dids(ctx, ids);
+  for (const std::int64_t features : {13, 64, 768}) {  // tails, a warp per token, a block per token
+    CAPTURE(features);
+    const auto table = random_values<T>(static_cast<std::size_t>(vocab * features), 61);
+    const auto positions = random_values<T>(static_cast<std::size_t>(time * features), 62);
+    DeviceCopy<T> dtable(ctx, table), dpositions(ctx, positions);
+    std::vector<half> hy(static_cast<std::size_t>(rows * features));
+    Buffer<half, amp::cuda> dy(ctx, hy.size(), memory_kind::workspace);
+    for_each_row(hctx, rows, features,
+                 nn::detail::EmbedOp<T, half>{ids.data(), table.data(), positions.data(), vocab, features, time, hy.data()});
+    for_each_row(ctx, rows, features,
+                 nn::detail::EmbedOp<T, half>{dids.buf.data(), dtable.buf.data(), dpositions.buf.data(), vocab, features,
+                                              time, dy.data()});
+    const auto gy = download(ctx, Span<const half>(dy.span()));
+    for (std::size_t i = 0; i < hy.size(); ++i) REQUIRE(detail::bits(gy[i]) == detail::bits(hy[i]));
+
+    const auto grad_of = [&]<class B>(Context<B>& c, const std::int32_t* in, const half* d_y, T* grad) {
+      Buffer<std::int32_t, B> g(c, 3 * rows + 2, memory_kind::workspace);
+      Buffer<std::byte, B> temp(c, group_by_key_bytes(c, rows), memory_kind::workspace);
+      const KeyGroups groups{g.data(), g.data() + rows, g.data() + 2 * rows, g.data() + 3 * rows + 1};
+      group_by_key(c, in, rows, groups, temp.data());
+      nn::detail::add_embedding_grad(c, groups, d_y, rows, vocab, features, grad);
+      c.synchronize();
+    };
+    auto hgrad = random_values<T>(static_cast<std::size_t>(vocab * features), 63);
+    DeviceCopy<T> dgrad(ctx, hgrad);
+    grad_of(hctx, ids.data(), hy.data(), hgrad.data());
+    grad_of(ctx, dids.buf.data(), dy.data(), dgrad.buf.data());
+    const auto gg = download(ctx, Span<const T>(dgrad.buf.span()));
+    for (std::size_t i = 0; i < gg.size(); ++i) REQUIRE(cast<float>(gg[i]) == cast<float>(hgrad[i]));
+  }
+}
+
+TEST_CASE("cuda: per-tensor statistics in one segmented reduction (three launches) match the host") {
+  AMP_REQUIRE_GPU();
+  Context<amp::cuda> ctx;
+  Context<host> hctx;
+  // GPT-2-like tensors: a 38M-element table (many chunks), small biases, an empty one, one with a NaN.
+  std::vector<std::size_t> offsets, counts;
+  std::size_t at = 0;
+  for (const std::size_t n : {std::size_t{50257} * 768, std::size_t{768}, std::size_t{0}, std::size_t{768} * 3072,
+                              std::size_t{3072}, std::size_t{100}}) {
+    offsets.push_back(at), counts.push_back(n);
+    at += (n + 63) / 64 * 64;  // padded, as the arenas are
+  }
+  auto g = random_values<half>(at, 71, -2.0f, 2.0f);
+  g[offsets[3] + 5] = cast<half>(std::numeric_limits<float>::quiet_NaN());
+  DeviceCopy<half> dg(ctx, g);
+  TensorStats<amp::cuda> dstats(ctx, offsets, counts);
+  TensorStats<host> hstats(hctx, offsets, counts);
+  Buffer<GradStats, amp::cuda> dper(ctx, offsets.size() + 1, memory_kind::workspace);
+  std::vector<GradStats> hper(offsets.size() + 1);
+  const auto before = ctx.counters().launches;
+  dstats(ctx, Span<const half>(dg.buf.data(), at), dper.data(), dper.data() + offsets.size(), true);
+  CHECK(ctx.counters().launches - before == 3);
+  hstats(hctx, Span<const half>(g.data(), at), hper.data(), hper.data() + offsets.size(), true);
+  const auto dd = download(ctx, Span<const GradStats>(dper.span()));
+  for (std::size_t t = 0; t <= offsets.size(); ++t) {
+    CAPTURE(t);
+    CHECK(dd[t].nonfinite == hper[t].nonfinite);
+    CHECK(dd[t].maxabs == hper[t].maxabs);
+    CHECK(dd[t].sumsq == doctest::Approx(hper[t].sumsq).epsilon(1e-12));
+  }
+  CHECK(dd[offsets.size()].nonfinite == 1);
 }

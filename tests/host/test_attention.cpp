@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "amp/transformer.hpp"
+#include "support/attention_launches.hpp"
 #include "support/model_values.hpp"
 #include "support/reference.hpp"
 
@@ -248,4 +249,81 @@ TEST_CASE("fused attention: a head dimension past the kernel's arrays is an erro
                                          FixedDropout{0.0f, 1.0f, 4, 0}),
                        doctest::Contains("head dimension 257 (at most 256)"), Error);
   CHECK(ctx.counters().launches == launches);
+}
+
+// The layer hands the kernels strided views (backend/attention.hpp): Q, K, V in
+// place in a packed [batch, time, 3, heads, dim] buffer, O and dO in the merged
+// [batch, time, heads, dim] rows, dQ, dK, dV into the packed gradient. Only the
+// addresses differ from the contiguous layout, so every value must match it bit for bit.
+TEST_CASE("fused attention: strided views into packed qkv and merged rows give the contiguous results bit for bit") {
+  using G = amp::bfloat16;
+  Context<host> ctx(2);
+  constexpr std::int64_t batch = 2, heads = 3, time = 70, dim = 16, features = heads * dim;
+  const float alpha = 0.25f;
+  const AttentionShape flat{batch * heads, time, dim, alpha};
+  const AttentionShape packed{batch * heads, time, dim, alpha, heads, 3 * features, features};
+  const auto n = static_cast<std::size_t>(batch * heads * time * dim);
+  std::vector<std::vector<G>> parts;  // q, k, v, dO per head
+  for (std::uint32_t i = 0; i < 4; ++i) parts.push_back(rounded<G>(random_values<float>(n, 90 + i, -1.5f, 1.5f)));
+  // Where element (head h, row t, e) of the contiguous layout sits in a packed one.
+  const auto at = [&](std::int64_t i, std::int64_t stride) {
+    const std::int64_t h = i / (time * dim), t = i / dim % time, e = i % dim;
+    return static_cast<std::size_t>(packed.head_start(h, stride) + t * stride + e);
+  };
+  std::vector<G> qkv(3 * n), dout(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t part = 0; part < 3; ++part)
+      qkv[at(static_cast<std::int64_t>(i), 3 * features) + part * features] = parts[part][i];
+    dout[at(static_cast<std::int64_t>(i), features)] = parts[3][i];
+  }
+  for (const float p : {0.0f, 0.2f}) {
+    CAPTURE(p);
+    const FixedDropout drop{p, 1.0f / (1.0f - p), time, 0x5eedull};
+    auto q = uploaded(ctx, parts[0]), k = uploaded(ctx, parts[1]), v = uploaded(ctx, parts[2]), g = uploaded(ctx, parts[3]);
+    auto o = buffer<G>(ctx, n), dq = buffer<G>(ctx, n), dk = buffer<G>(ctx, n), dv = buffer<G>(ctx, n);
+    auto lse = buffer<float>(ctx, n / dim);
+    attention_forward(ctx, flat, q.data(), k.data(), v.data(), o.data(), lse.data(), drop);
+    attention_backward(ctx, flat, q.data(), k.data(), v.data(), o.data(), lse.data(), g.data(), dq.data(), dk.data(),
+                       dv.data(), drop);
+    auto pqkv = uploaded(ctx, qkv), pdout = uploaded(ctx, dout);
+    auto po = buffer<G>(ctx, n), pdqkv = buffer<G>(ctx, 3 * n);
+    auto plse = buffer<float>(ctx, n / dim);
+    const G* base = pqkv.data();
+    attention_forward(ctx, packed, base, base + features, base + 2 * features, po.data(), plse.data(), drop);
+    attention_backward(ctx, packed, base, base + features, base + 2 * features, po.data(), plse.data(), pdout.data(),
+                       pdqkv.data(), pdqkv.data() + features, pdqkv.data() + 2 * features, drop);
+    const auto want_o = download(ctx, o.span()), got_o = download(ctx, po.span());
+    const auto got_d = download(ctx, pdqkv.span());
+    const std::vector<G> want_d[3] = {download(ctx, dq.span()), download(ctx, dk.span()), download(ctx, dv.span())};
+    CHECK(download(ctx, plse.span()) == download(ctx, lse.span()));
+    std::size_t mismatches = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto j = static_cast<std::int64_t>(i);
+      mismatches += cast<float>(got_o[at(j, features)]) != cast<float>(want_o[i]);
+      for (std::size_t part = 0; part < 3; ++part)
+        mismatches += cast<float>(got_d[at(j, 3 * features) + part * features]) != cast<float>(want_d[part][i]);
+    }
+    CHECK(mismatches == 0);
+  }
+}
+
+// The layer's own launches, counted where the code shared by both backends
+// issues them: the fused path is one kernel a pass, Q, K, V read in place from
+// qkv and the outputs written where they belong (the GPU adds one tiny launch
+// per pass for cuDNN's dropout seed when dropout is on). Before, nine copies
+// moved heads out and back around it (3 + 1 forward, 1 + 3 backward).
+TEST_CASE("attention: the fused path is one launch forward and one backward, no copies of heads") {
+  using P = O2BF16Policy;
+  Context<host> ctx(1);
+  const AttentionConfig fused_cfg{.features = kFeatures, .heads = 2};
+  AttentionConfig materialized_cfg = fused_cfg;
+  materialized_cfg.kernel = nn::attention_kernel::materialized;
+  const Launches linears = launches_per_step<P, ItsLinears<P, host>>(ctx, fused_cfg, 70);
+  const Launches fused = launches_per_step<P, AttentionAlone<P, host>>(ctx, fused_cfg, 70);
+  const Launches materialized = launches_per_step<P, AttentionAlone<P, host>>(ctx, materialized_cfg, 70);
+  CHECK(fused.forward - linears.forward == 1);
+  CHECK(fused.backward - linears.backward == 1);
+  // Materialised: split qkv, Q K^T, softmax, P V, merge; dY per head, dP, softmax', dQ, dK, dV, into dqkv.
+  CHECK(materialized.forward - linears.forward == 5);
+  CHECK(materialized.backward - linears.backward == 7);
 }

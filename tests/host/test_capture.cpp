@@ -161,14 +161,20 @@ TEST_CASE("a captured step refuses what a CUDA graph cannot hold, and leaves the
                        doctest::Contains("already capturing"), Error);
   CHECK_FALSE(ctx.capturing());
   {
+    const std::size_t without = ctx.memory().current(memory_kind::workspace);
     std::optional<Buffer<float, host>> held(std::in_place, ctx, 4, memory_kind::workspace);
+    const std::size_t with = ctx.memory().current(memory_kind::workspace);
+    CHECK(with == without + 16);
     CHECK_THROWS_WITH_AS(CapturedStep(ctx,
                                       [&] {
                                         r.step();
-                                        if (ctx.capturing()) held.reset();  // freed only while recording
+                                        if (!ctx.capturing()) return;
+                                        held.reset();  // freed only while recording: held until the capture ends
+                                        CHECK(ctx.memory().current(memory_kind::workspace) == with);
                                       }),
                          doctest::Contains("freed 1 buffers"), Error);
     CHECK_FALSE(ctx.capturing());
+    CHECK(ctx.memory().current(memory_kind::workspace) == without);  // released once the capture was refused
   }
   // Eager steps still run, and a capture after the failed ones replays.
   const Counters before = ctx.counters();

@@ -223,6 +223,34 @@ TEST_CASE("fp8: a cast writes codes and their transpose and finds the amax in th
   CHECK(codes[9].__x == code<fp8_e4m3>(-4.5f * meta_values[1]));
 }
 
+// The launches are counted where fp8_cast decides them, so the GPU's tiled
+// cast-with-transpose (backend/cuda/cast_transposed.cuh) counts the same: one
+// cast, one more to fold the recorded amax; on a shape that no 32 x 32 tile divides.
+TEST_CASE("fp8: a cast with its transpose is one launch, two when it records the amax, on a 45 x 70 matrix") {
+  Context<host> ctx;
+  constexpr std::int64_t rows = 45, cols = 70;
+  const auto x = random_values<amp::bfloat16>(rows * cols, 22, -600.0f, 600.0f);
+  float meta_values[3] = {0.0f, 0.75f, 1.0f / 0.75f};
+  const nn::Fp8Meta meta{&meta_values[0], &meta_values[1], &meta_values[2]};
+  std::vector<fp8_e5m2> codes(rows * cols), codes_t(rows * cols);
+  float amax = 0.0f;
+  for (const auto v : x) amax = std::max(amax, std::abs(cast<float>(v)));
+  for (const bool record : {false, true}) {
+    const std::size_t before = ctx.counters().launches;
+    nn::fp8_cast<DelayedScaling<>>(ctx, x.data(), rows, cols, codes.data(), codes_t.data(), meta, record);
+    ctx.synchronize();
+    CHECK(ctx.counters().launches - before == (record ? 2u : 1u));
+    std::size_t wrong = 0;
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) {
+        const std::uint8_t want = code<fp8_e5m2>(cast<float>(x[r * cols + c]) * 0.75f);
+        wrong += codes[r * cols + c].__x != want || codes_t[c * rows + r].__x != want;
+      }
+    CHECK(wrong == 0);
+    CHECK(meta_values[0] == (record ? amax : 0.0f));
+  }
+}
+
 namespace {
 // C = act(alpha a_inv b_inv A B^T + beta C + bias) in FP64 from the decoded codes.
 template <class FA, class FB>

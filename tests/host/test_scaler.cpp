@@ -456,3 +456,31 @@ TEST_CASE_TEMPLATE("two models, two losses, two optimizers, one scaler: as if tr
   REQUIRE(shared.size() == apart.size());
   for (std::size_t i = 0; i < shared.size(); ++i) REQUIRE(shared[i] == apart[i]);  // the same steps, bit for bit
 }
+
+TEST_CASE("the GPU mirror's bookkeeping: one copy in flight, kept until its query says it landed") {
+  // The query stands in for cudaEventQuery: "not ready" twice, then ready.
+  detail::MirrorSlot<int> slot;
+  int staged = 0, queries = 0, copies = 0;
+  const auto refresh = [&](int value, bool ready) {
+    if (slot.take([&] { ++queries; return ready; }, staged)) {
+      staged = value;  // the copy that starts now lands in `staged` (on the GPU, later)
+      ++copies;
+    }
+  };
+  refresh(1, false);  // nothing in flight: no query, a copy starts
+  CHECK(queries == 0);
+  CHECK(copies == 1);
+  CHECK(slot.latest() == nullptr);
+  refresh(2, false);  // in flight, not landed: kept, no second copy
+  refresh(3, false);
+  CHECK(queries == 2);
+  CHECK(copies == 1);
+  CHECK(slot.latest() == nullptr);
+  refresh(4, true);  // landed: its value is read, and the next copy starts
+  REQUIRE(slot.latest() != nullptr);
+  CHECK(*slot.latest() == 1);
+  CHECK(copies == 2);
+  refresh(5, true);
+  CHECK(*slot.latest() == 4);
+  CHECK(slot.in_flight());
+}

@@ -76,7 +76,13 @@ void check_conv_passes(Context<B>& ctx, const ConvGeometry& g, bool bias, std::u
     db_ref[i % b.size()] += cast<float>(dy[i]);
   }
 
-  const auto dev_x = on_backend(ctx, x), dev_w = on_backend(ctx, wt), dev_b = on_backend(ctx, b),
+  // The passes read the filter channels-last, [K, kh, kw, C]; dw comes back as stored, [K, C, kh, kw].
+  std::vector<T> taps(wt.size());
+  for (std::int64_t k = 0; k < g.k; ++k)
+    for (std::int64_t c = 0; c < g.c; ++c)
+      for (std::int64_t r = 0; r < g.kh; ++r)
+        for (std::int64_t s = 0; s < g.kw; ++s) taps[((k * g.kh + r) * g.kw + s) * g.c + c] = wt[wi(k, c, r, s)];
+  const auto dev_x = on_backend(ctx, x), dev_w = on_backend(ctx, taps), dev_b = on_backend(ctx, b),
              dev_dy = on_backend(ctx, dy);
   Buffer<T, B> y(ctx, dy.size(), memory_kind::workspace), dx(ctx, x.size(), memory_kind::workspace);
   Buffer<float, B> dx32(ctx, x.size(), memory_kind::workspace), dw(ctx, wt.size(), memory_kind::workspace),

@@ -9,7 +9,6 @@
 #include <type_traits>
 #include <typeindex>
 #include <typeinfo>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -143,11 +142,15 @@ class ContextBase {
     ++counters_.allocations;
     return p;
   }
+  // A free while capturing is held, not done: on the GPU it would end the
+  // capture with the runtime's error, and the graph may still read the memory.
+  // The capture refuses such a step (it counts frees) and releases what was held.
   void deallocate(void* p, std::size_t bytes, memory_kind kind) {
     if (!p) return;
+    ++counters_.frees;
+    if (capturing()) return held_.push_back({p, bytes, kind, false});
     self().raw_free(p);
     stats_.on_free(kind, bytes);
-    ++counters_.frees;
   }
   // Page-locked host memory the device copies from asynchronously (staging).
   void* allocate_pinned(std::size_t bytes) {
@@ -158,8 +161,20 @@ class ContextBase {
   }
   void deallocate_pinned(void* p) {
     if (!p) return;
-    self().raw_free_pinned(p);
     ++counters_.frees;
+    if (capturing()) return held_.push_back({p, 0, memory_kind::workspace, true});
+    self().raw_free_pinned(p);
+  }
+  // Frees the memory whose free a capture held; called once the capture has ended.
+  void release_held_frees() {
+    for (const Held& h : std::exchange(held_, {})) {
+      if (h.pinned) {
+        self().raw_free_pinned(h.ptr);
+      } else {
+        self().raw_free(h.ptr);
+        stats_.on_free(h.kind, h.bytes);
+      }
+    }
   }
 
   // Waits for all work on the stream.
@@ -190,12 +205,17 @@ class ContextBase {
   }
 
   // What a library keeps for this context (oneDNN's engine, cuDNN's handle, the
-  // plans made for their shapes), made on first use and freed with the context.
+  // plans made for their shapes), made on first use and freed with the context
+  // in the reverse order: a state that makes the states it uses in its
+  // constructor (plans, their handle) is freed before them.
   template <class State>
   State& library_state() {
-    auto& slot = library_state_[std::type_index(typeid(State))];
-    if (!slot) slot = std::make_shared<State>(self());
-    return *static_cast<State*>(slot.get());
+    const std::type_index id(typeid(State));
+    for (auto& [key, state] : library_state_)
+      if (key == id) return *static_cast<State*>(state.get());
+    auto state = std::make_shared<State>(self());
+    library_state_.emplace_back(id, state);
+    return *state;
   }
 
   // Persistent scratch of at least `count` elements of T (workspace memory).
@@ -218,7 +238,8 @@ class ContextBase {
  protected:
   // Called by the derived destructor while raw_free and the stream are still valid.
   void release_scratch() {
-    library_state_.clear();
+    release_held_frees();
+    while (!library_state_.empty()) library_state_.pop_back();
     for (auto& s : scratch_) {
       deallocate(s.ptr, s.bytes, memory_kind::workspace);
       s = {};
@@ -229,6 +250,12 @@ class ContextBase {
   struct Region {
     void* ptr = nullptr;
     std::size_t bytes = 0;
+  };
+  struct Held {
+    void* ptr;
+    std::size_t bytes;
+    memory_kind kind;
+    bool pinned;
   };
   Derived& self() { return static_cast<Derived&>(*this); }
   template <class... Why>
@@ -242,8 +269,9 @@ class ContextBase {
   step_mode mode_ = step_mode::eager;
   std::size_t scratch_moves_ = 0;
   std::vector<std::function<void()>> after_replay_;
+  std::vector<Held> held_;
   std::array<Region, static_cast<std::size_t>(scratch_slot::count)> scratch_{};
-  std::unordered_map<std::type_index, std::shared_ptr<void>> library_state_;
+  std::vector<std::pair<std::type_index, std::shared_ptr<void>>> library_state_;  // in the order made
 };
 
 }  // namespace amp

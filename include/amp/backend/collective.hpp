@@ -59,6 +59,11 @@ class Collective {
   // started now and landed by finish(): ZeRO-1 sends each gradient to the
   // rank that keeps its shard.
   virtual void start_reduce_sum(Context<B>& ctx, void* data, std::size_t count, element type, int root) = 0;
+  // The calls between group_start() and group_end() go out as one (NCCL's
+  // group: ZeRO-1's reduces of a bucket, its broadcasts of the shards); every
+  // rank groups alike. No-ops where calls are not batched (MPI).
+  virtual void group_start() {}
+  virtual void group_end() {}
   // root's bytes to every rank.
   virtual void broadcast(Context<B>& ctx, void* data, std::size_t bytes, int root) = 0;
   // data holds size() slots of `bytes` each; rank r's slot r goes to every rank

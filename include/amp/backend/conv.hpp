@@ -1,12 +1,15 @@
 #pragma once
 // The convolution contract both backends share. Images are channels-last
-// [N, H, W, C], filters PyTorch's [K, C, kh, kw], padding symmetric as
-// PyTorch's (an output size rounds down). Where a backend has the field's
-// library for a type (oneDNN on the CPU for fp32 and bf16, cuDNN on the GPU for
-// fp32, fp16 and bf16), the three passes are that library's, with fp32
-// accumulation and one rounding into the output:
-//   forward          y  = conv(x, w) + bias
-//   backward_data    dx = the transposed convolution of dy (dx fp32 or T)
+// [N, H, W, C], padding symmetric as PyTorch's (an output size rounds down).
+// Filters are stored in PyTorch's [K, C, kh, kw]; the passes read them
+// channels-last, [K, kh, kw, C] (ToTapMajorOp: the im2col columns' order, and
+// what cuDNN's NHWC kernels read), which the layer makes once per forward and
+// keeps on its tape for backward. Where a backend has the field's library for
+// a type (oneDNN on the CPU for fp32 and bf16, cuDNN on the GPU for fp32, fp16
+// and bf16), the three passes are that library's, with fp32 accumulation and
+// one rounding into the output:
+//   forward          y  = conv(x, w) + bias                  (w channels-last)
+//   backward_data    dx = the transposed convolution of dy    (w channels-last; dx fp32 or T)
 //   backward_weights dw = x (*) dy and dbias = sum of dy, in fp32 [K, C, kh, kw]
 // Each pass overwrites its outputs; the layer adds gradients where it must.
 // The im2col + GEMM path in nn/conv.hpp is the reference and the rest.

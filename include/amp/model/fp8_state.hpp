@@ -8,20 +8,28 @@
 // and last layers with weights in compute_type<gemm>, in the order of the
 // model's first forward (Model's first planning pass finds it).
 //
-// A cast writes the codes and finds the tensor's amax in the same pass (a
-// per-row maximum, then one small pass over the rows). Delayed scaling: casts
+// A cast writes the codes (and their transpose) and finds the tensor's amax in
+// the same pass (a per-row maximum, then one small pass over the rows). Its
+// math is one functor; the mapping is the backend's: a thread a row on the
+// host, and on the GPU a warp a row, or 32 x 32 tiles through shared memory
+// where a transpose is written (backend/cuda/cast_transposed.cuh), since a row
+// op would scatter the transpose one byte at a time. Both count one launch. Delayed scaling: casts
 // use the scale and combine their amax into the operand's; the optimizer's
 // step folds it into the history and sets the next scale, on the device.
 // Current scaling: each cast first finds its tensor's amax and scale.
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "amp/backend/algorithm.hpp"
 #include "amp/backend/buffer.hpp"
 #include "amp/backend/rows.hpp"
 #include "amp/policy.hpp"
+#if defined(__CUDACC__)
+#include "amp/backend/cuda/cast_transposed.cuh"
+#endif
 
 namespace amp::nn {
 
@@ -46,6 +54,8 @@ AMP_HOST_DEVICE inline float magnitude(float x) { return x < 0.0f ? -x : x; }
 // A finite value past the range saturates (a delayed scale meets a larger
 // tensor); an infinity becomes NaN, not the largest code, so an overflow
 // upstream still reaches the step's check instead of training on, saturated.
+// A row op; value, factor and encode are the element math the GPU's tiled
+// cast (backend/cuda/cast_transposed.cuh) runs too.
 template <class T, class F>
 struct Fp8CastOp {
   const T* x;
@@ -54,19 +64,23 @@ struct Fp8CastOp {
   std::int64_t rows, cols;
   const float* scale;
   float* row_amax;
+  AMP_HOST_DEVICE float value(std::int64_t r, std::int64_t c) const { return cast<float>(x[r * cols + c]); }
+  AMP_HOST_DEVICE float factor() const { return *scale; }
+  AMP_HOST_DEVICE static F encode(float v, float s) {
+    return fp8_from_float<F>(is_finite(v) ? v * s : v - v);  // inf - inf: NaN
+  }
   template <class Lanes>
   AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t r) const {
-    const T* xr = x + static_cast<std::int64_t>(r) * cols;
-    const float s = *scale;
+    const auto row = static_cast<std::int64_t>(r);
+    const float s = factor();
     if (row_amax) {
-      const float m = lanes.max(cols, [&](std::int64_t c) { return magnitude(cast<float>(xr[c])); });
+      const float m = lanes.max(cols, [&](std::int64_t c) { return magnitude(value(row, c)); });
       lanes.each(1, [&](std::int64_t) { row_amax[r] = m; });
     }
     lanes.each(cols, [&](std::int64_t c) {
-      const float v = cast<float>(xr[c]);
-      const F q = fp8_from_float<F>(is_finite(v) ? v * s : v - v);  // inf - inf: NaN
-      codes[static_cast<std::int64_t>(r) * cols + c] = q;
-      if (codes_t) codes_t[c * rows + static_cast<std::int64_t>(r)] = q;
+      const F q = encode(value(row, c), s);
+      codes[row * cols + c] = q;
+      if (codes_t) codes_t[c * rows + row] = q;
     });
   }
 };
@@ -157,15 +171,25 @@ template <class Recipe, class F, class Ctx, class T>
 void fp8_cast(Ctx& ctx, const T* x, std::int64_t rows, std::int64_t cols, F* codes, F* codes_t, Fp8Meta meta,
               bool record) {
   constexpr float fp8_max = fp8_format<F>::max;
-  float* row_amax = ctx.template scratch<float>(scratch_slot::fp8_amax, static_cast<std::size_t>(rows));
+  // The GPU casts with a transpose in tiles, with a maximum per row and column chunk; otherwise one per row.
+  bool tiled = false;
+  std::int64_t partials = rows;
+  if constexpr (std::is_same_v<Ctx, Context<cuda>>) {
+    tiled = codes_t != nullptr;
+    if (tiled) partials = rows * cast_transposed_partials(ctx, cols);
+  }
+  float* row_amax = ctx.template scratch<float>(scratch_slot::fp8_amax, static_cast<std::size_t>(partials));
   const auto n = static_cast<std::size_t>(rows);
   if constexpr (!Recipe::delayed) {
     for_each_row(ctx, n, cols, detail::RowAmaxOp<T>{x, cols, row_amax});
     for_each_row(ctx, 1, rows, detail::Fp8AmaxOp<true, Recipe::margin>{row_amax, rows, meta, fp8_max});
     record = false;
   }
-  for_each_row(ctx, n, cols, detail::Fp8CastOp<T, F>{x, codes, codes_t, rows, cols, meta.scale, record ? row_amax : nullptr});
-  if (record) for_each_row(ctx, 1, rows, detail::Fp8AmaxOp<false, Recipe::margin>{row_amax, rows, meta, fp8_max});
+  const detail::Fp8CastOp<T, F> op{x, codes, codes_t, rows, cols, meta.scale, record ? row_amax : nullptr};
+  if (!tiled) for_each_row(ctx, n, cols, op);
+  if constexpr (std::is_same_v<Ctx, Context<cuda>>)
+    if (tiled) cast_transposed(ctx, rows, cols, op, codes, codes_t, op.row_amax);
+  if (record) for_each_row(ctx, 1, partials, detail::Fp8AmaxOp<false, Recipe::margin>{row_amax, partials, meta, fp8_max});
 }
 
 // One Linear's FP8 record, as the store's summary shows it.

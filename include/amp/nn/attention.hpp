@@ -3,9 +3,14 @@
 //   qkv = x W_qkv^T + b;  per head: S = Q K^T / sqrt(d);  P = softmax(S, causal);
 //   Y = dropout(P) V;  y = merge(Y) W_proj^T + b.
 // Two kernels compute the heads. Fused (the default where the backend has it,
-// backend/attention.hpp): flash attention's online fp32 softmax, memory O(T)
-// per head, P recomputed in backward. Materialised (the reference, and the
-// GPU's path until it has a fused kernel): Q K^T and P V are strided-batched
+// backend/attention.hpp): flash attention's online fp32 softmax, O(T) kept
+// per head, P recomputed in backward (cuDNN's deterministic backward still
+// takes a T x T workspace per head on Hopper); it reads Q, K, V in place from the packed
+// qkv [batch, time, 3, heads, dim], writes the heads' outputs merged into y
+// [batch, time, heads, dim] and dQ, dK, dV into dqkv (strided views, no
+// copies: one launch a pass, two when dqkv already holds a gradient to add
+// to). Materialised (the reference, and the GPU's path where cuDNN has no
+// engine or fp32 runs): Q K^T and P V are strided-batched
 // GEMMs over (batch x heads) in the GEMM type with fp32 accumulation; the
 // 1/sqrt(d) scale is the GEMM's alpha, the scores come out in
 // compute_type<op::softmax> (fp32 under O1/O2), the softmax applies the causal
@@ -32,20 +37,24 @@ namespace amp::nn {
 namespace detail {
 // Where [batch, time, heads x dim] (a column block of a wider row) meets
 // [batch, heads, time, dim] (contiguous per head, what the batched GEMMs take),
-// a head's row (dim values) at a time.
+// for the materialised and cached paths. The per-head side may hold several
+// such blocks one after another (qkv's Q, K, V: parts of heads x dim columns
+// each), element by element: neighbouring items touch neighbouring values on
+// both sides, so a GPU's loads and stores coalesce.
 struct HeadLayout {
-  std::int64_t time, heads, dim;
-  std::int64_t row_stride, column;  // of the [batch, time, ...] side: its row length, the block's first column
+  std::int64_t batch, time, heads, dim;
+  std::int64_t row_stride, column;  // of the [batch, time, ...] side: its row length, the first block's first column
 
-  // Where row q of the per-head layout ((batch x heads x time) rows) sits in the [batch, time, ...] layout.
-  AMP_HOST_DEVICE std::int64_t rows_offset(std::int64_t q) const {
-    const std::int64_t t = q % time, h = (q / time) % heads, b = q / (time * heads);
-    return (b * time + t) * row_stride + column + h * dim;
+  // Where element i of the per-head layout ([part, batch, heads, time, dim]) sits in the [batch, time, ...] layout.
+  AMP_HOST_DEVICE std::int64_t rows_offset(std::int64_t i) const {
+    const std::int64_t e = i % dim, q = i / dim;
+    const std::int64_t t = q % time, h = q / time % heads, bp = q / (time * heads);
+    return (bp % batch * time + t) * row_stride + column + (bp / batch * heads + h) * dim + e;
   }
 };
 
-// Per-head row q = the block of the rows layout it maps to. With to_time > 0
-// the per-head side holds to_time rows per head and q goes to row to_start + t
+// Per-head element i = its value in the rows layout. With to_time > 0 the
+// per-head side holds to_time rows per head and row t goes to row to_start + t
 // of its head (a key/value cache).
 template <class From, class To>
 struct ToHeadsOp {
@@ -54,24 +63,23 @@ struct ToHeadsOp {
   HeadLayout l;
   std::int64_t to_time = 0, to_start = 0;
   AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    const auto q = static_cast<std::int64_t>(i);
-    const From* src = from + l.rows_offset(q);
-    To* dst = to + (to_time > 0 ? (q / l.time) * to_time + to_start + q % l.time : q) * l.dim;
-    for (std::int64_t d = 0; d < l.dim; ++d) dst[d] = cast<To>(cast<float>(src[d]));
+    const auto j = static_cast<std::int64_t>(i);
+    const std::int64_t q = j / l.dim;
+    const std::int64_t at = to_time > 0 ? ((q / l.time) * to_time + to_start + q % l.time) * l.dim + j % l.dim : j;
+    to[at] = cast<To>(cast<float>(from[l.rows_offset(j)]));
   }
 };
 
-// The block of the rows layout (+)= per-head row q: a merge forward, or a split's gradient.
+// Its value in the rows layout (+)= per-head element i: a merge forward, or a split's gradient.
 template <class From, class To>
 struct FromHeadsOp {
   const From* from;
   To* to;
   HeadLayout l;
   bool accumulate;
-  AMP_HOST_DEVICE void operator()(std::size_t q) const {
-    const From* src = from + static_cast<std::int64_t>(q) * l.dim;
-    const auto at = static_cast<std::size_t>(l.rows_offset(static_cast<std::int64_t>(q)));
-    for (std::int64_t d = 0; d < l.dim; ++d) store_grad(to, at + static_cast<std::size_t>(d), cast<float>(src[d]), accumulate);
+  AMP_HOST_DEVICE void operator()(std::size_t i) const {
+    store_grad(to, static_cast<std::size_t>(l.rows_offset(static_cast<std::int64_t>(i))), cast<float>(from[i]),
+               accumulate);
   }
 };
 
@@ -235,48 +243,62 @@ class CausalSelfAttention {
     Dims(const Spec& s, const Shape& qkv)
         : batch(qkv[0]), time(qkv[1]), n(batch * s.heads), per_head(static_cast<std::size_t>(n * time * s.dim)),
           scores(static_cast<std::size_t>(n * time * time)), head_rows(static_cast<std::size_t>(n * time)) {}
+    // qkv's Q, K and V (parts 0, 1, 2), or all three one after another from `part`.
     detail::HeadLayout qkv_part(const Spec& s, int part) const {
-      return {time, s.heads, s.dim, 3 * s.features, part * s.features};
+      return {batch, time, s.heads, s.dim, 3 * s.features, part * s.features};
     }
-    detail::HeadLayout merged(const Spec& s) const { return {time, s.heads, s.dim, s.features, 0}; }
-    AttentionShape shape(const Spec& s, float alpha) const { return {n, time, s.dim, alpha}; }
+    detail::HeadLayout merged(const Spec& s) const { return {batch, time, s.heads, s.dim, s.features, 0}; }
+    // The fused kernels' view: Q, K, V in place in qkv, O and dO in the merged layout.
+    AttentionShape packed(const Spec& s, float alpha) const {
+      return {n, time, s.dim, alpha, s.heads, 3 * s.features, s.features};
+    }
   };
 
-  // What backward needs: Q, K, V per head and the kernel's own (fused: O and
-  // the rows' log-sum-exps, O(T); materialised: P and dropout(P), T x T).
+  // What backward needs. Fused: the packed qkv in the GEMM type (the input
+  // itself where activations are in it), the output y and the rows'
+  // log-sum-exps, O(T). Materialised: Q, K, V per head, P and dropout(P), T x T.
   struct Saved {
-    G *q = nullptr, *k = nullptr, *v = nullptr;
-    T* out = nullptr;
+    const G* qkv = nullptr;
     float* lse = nullptr;
+    G *q = nullptr, *k = nullptr, *v = nullptr;
     G *probs = nullptr, *dropped = nullptr;
     detail::AttentionDropout drop{};
     float alpha = 1.0f;
   };
 
+  // x in the GEMM type: x itself (every built-in policy), else a cast into graph scratch.
+  static const G* in_gemm_type(Graph<P, B>& g, const T* x, std::size_t count) {
+    if constexpr (std::is_same_v<T, G>) {
+      return x;
+    } else {
+      G* c = g.template scratch<G>(count);
+      convert(g.context(), Span<const T>(x, count), Span<G>(c, count));
+      return c;
+    }
+  }
+
   // qkv [batch, time, 3 x features] -> the heads' outputs merged, [batch, time, features].
   static Var<T> attend(Graph<P, B>& g, const Spec& s, Var<T> qkv) {
     auto& ctx = g.context();
     const Dims d(s, qkv.shape);
-    const auto dim = static_cast<std::size_t>(s.dim);
     const float p = g.training() ? s.dropout : 0.0f;
     Saved sv;
     sv.drop = {p > 0.0f ? g.random_stream() : detail::RandomStream{}, p, 1.0f / (1.0f - p), d.time};
     sv.alpha = 1.0f / std::sqrt(static_cast<float>(s.dim));
-    G* parts[3] = {sv.q = g.template scratch<G>(d.per_head), sv.k = g.template scratch<G>(d.per_head),
-                   sv.v = g.template scratch<G>(d.per_head)};
-    for (int part = 0; part < 3; ++part)
-      for_each(ctx, d.head_rows, detail::ToHeadsOp<T, G>{qkv.data, parts[part], d.qkv_part(s, part)}, dim);
     Var<T> y = g.template tensor<T>(Shape{d.batch, d.time, s.features});
     bool fused = s.fused;  // and the backend's library runs this shape (else the materialised path)
     if constexpr (fused_attention<B>::value)
-      fused = fused && attention_available<G, T>(ctx, d.shape(s, sv.alpha), p);
+      fused = fused && attention_available<G, T>(ctx, d.packed(s, sv.alpha), p);
     if (fused) {
-      sv.out = g.template scratch<T>(d.per_head);
+      sv.qkv = in_gemm_type(g, qkv.data, qkv.size());
       sv.lse = g.template scratch<float>(d.head_rows);
       if constexpr (fused_attention<B>::value)
-        attention_forward(ctx, d.shape(s, sv.alpha), sv.q, sv.k, sv.v, sv.out, sv.lse, sv.drop);
-      for_each(ctx, d.head_rows, detail::FromHeadsOp<T, T>{sv.out, y.data, d.merged(s), false}, dim);
+        attention_forward(ctx, d.packed(s, sv.alpha), sv.qkv, sv.qkv + s.features, sv.qkv + 2 * s.features, y.data,
+                          sv.lse, sv.drop);
     } else {
+      G* heads = g.template scratch<G>(3 * d.per_head);
+      sv.q = heads, sv.k = heads + d.per_head, sv.v = heads + 2 * d.per_head;
+      for_each(ctx, 3 * d.per_head, detail::ToHeadsOp<T, G>{qkv.data, heads, d.qkv_part(s, 0)});
       sv.probs = g.template scratch<G>(d.scores);
       sv.dropped = p > 0.0f ? g.template scratch<G>(d.scores) : sv.probs;
       Temporaries<P, B> temp(g);
@@ -292,7 +314,7 @@ class CausalSelfAttention {
       const GemmBatch pv{d.n, time * time, time * s.dim, time * s.dim};
       gemm_batched(ctx, Matrix<const G>(sv.dropped, time, time, time), transpose::no,
                    Matrix<const G>(sv.v, time, s.dim, s.dim), transpose::no, Matrix<T>(heads_out, time, s.dim, s.dim), pv);
-      for_each(ctx, d.head_rows, detail::FromHeadsOp<T, T>{heads_out, y.data, d.merged(s), false}, dim);
+      for_each(ctx, d.per_head, detail::FromHeadsOp<T, T>{heads_out, y.data, d.merged(s), false});
     }
     g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, qkv, y, sv); });
     return y;
@@ -302,16 +324,14 @@ class CausalSelfAttention {
   static Var<T> attend_cached(Graph<P, B>& g, const Spec& s, Var<T> qkv, const KVCacheView<G>& c, std::int64_t start) {
     auto& ctx = g.context();
     const Dims d(s, qkv.shape);
-    const auto dim = static_cast<std::size_t>(s.dim);
     const std::int64_t n = d.time, keys = start + n;
     Var<T> y = g.template tensor<T>(Shape{d.batch, n, s.features}, false);
     Temporaries<P, B> temp(g);
     G* q = g.template scratch<G>(d.per_head);
-    for_each(ctx, d.head_rows, detail::ToHeadsOp<T, G>{qkv.data, q, d.qkv_part(s, 0)}, dim);
+    for_each(ctx, d.per_head, detail::ToHeadsOp<T, G>{qkv.data, q, d.qkv_part(s, 0)});
     for (int part = 1; part < 3; ++part)
-      for_each(ctx, d.head_rows,
-               detail::ToHeadsOp<T, G>{qkv.data, part == 1 ? c.keys : c.values, d.qkv_part(s, part), c.capacity, start},
-               dim);
+      for_each(ctx, d.per_head,
+               detail::ToHeadsOp<T, G>{qkv.data, part == 1 ? c.keys : c.values, d.qkv_part(s, part), c.capacity, start});
     const auto scores = static_cast<std::size_t>(d.n * n * keys);
     S* sc = g.template scratch<S>(scores);
     gemm_batched(ctx, Matrix<const G>(q, n, s.dim, s.dim), transpose::no, Matrix<const G>(c.keys, keys, s.dim, s.dim),
@@ -324,7 +344,7 @@ class CausalSelfAttention {
     gemm_batched(ctx, Matrix<const G>(probs, n, keys, keys), transpose::no, Matrix<const G>(c.values, keys, s.dim, s.dim),
                  transpose::no, Matrix<T>(heads_out, n, s.dim, s.dim),
                  GemmBatch{d.n, n * keys, c.capacity * s.dim, n * s.dim});
-    for_each(ctx, d.head_rows, detail::FromHeadsOp<T, T>{heads_out, y.data, d.merged(s), false}, dim);
+    for_each(ctx, d.per_head, detail::FromHeadsOp<T, T>{heads_out, y.data, d.merged(s), false});
     return y;
   }
 
@@ -335,22 +355,18 @@ class CausalSelfAttention {
     if (!dqkv) return;
     auto& ctx = g.context();
     const Dims d(s, qkv.shape);
-    const auto dim = static_cast<std::size_t>(s.dim);
     Temporaries<P, B> temp(g);
-    G* dh = g.template scratch<G>(d.per_head);  // dY per head, in the GEMM type
-    for_each(ctx, d.head_rows, detail::ToHeadsOp<T, G>{dy, dh, d.merged(s)}, dim);
-    // dQ, dK, dV per head, each then added into its block of dqkv.
-    T* d_parts = g.template scratch<T>(sv.out ? 3 * d.per_head : d.per_head);
-    const auto into_block = [&](const T* from, int part) {
-      for_each(ctx, d.head_rows, detail::FromHeadsOp<T, T>{from, dqkv.data, d.qkv_part(s, part), dqkv.accumulate}, dim);
-    };
-    if (sv.out) {  // the forward ran fused
+    if (sv.lse) {  // the forward ran fused: dQ, dK, dV straight into dqkv, unless it holds a gradient to add to
+      const G* dout = in_gemm_type(g, dy, y.size());
+      T* dst = dqkv.accumulate ? g.template scratch<T>(qkv.size()) : dqkv.data;
       if constexpr (fused_attention<B>::value)
-        attention_backward(ctx, d.shape(s, sv.alpha), sv.q, sv.k, sv.v, sv.out, sv.lse, dh, d_parts,
-                           d_parts + d.per_head, d_parts + 2 * d.per_head, sv.drop);
-      for (int part = 0; part < 3; ++part) into_block(d_parts + part * d.per_head, part);
+        attention_backward(ctx, d.packed(s, sv.alpha), sv.qkv, sv.qkv + s.features, sv.qkv + 2 * s.features, y.data,
+                           sv.lse, dout, dst, dst + s.features, dst + 2 * s.features, sv.drop);
+      if (dqkv.accumulate) for_each(ctx, qkv.size(), detail::AddGradOp<T>{dst, dqkv.data, true});
       return;
     }
+    G* dh = g.template scratch<G>(d.per_head);  // dY per head, in the GEMM type
+    for_each(ctx, d.per_head, detail::ToHeadsOp<T, G>{dy, dh, d.merged(s)});
     const std::int64_t time = d.time;
     const Matrix<const G> dY(dh, time, s.dim, s.dim), Q(sv.q, time, s.dim, s.dim), K(sv.k, time, s.dim, s.dim),
         V(sv.v, time, s.dim, s.dim);
@@ -363,15 +379,14 @@ class CausalSelfAttention {
     for_each_row(ctx, d.head_rows, time,
                  detail::CausalSoftmaxGradOp<C, G>{d_dropped, sv.probs, ds, time, sv.drop.stream, sv.drop.p,
                                                    sv.drop.keep_scale});
-    // dQ = alpha dS K, dK = alpha dS^T Q, dV = Pd^T dY.
+    // dQ = alpha dS K, dK = alpha dS^T Q, dV = Pd^T dY, per head one after another, then into dqkv in one pass.
     const Matrix<const G> dS(ds, time, time, time), Pd(sv.dropped, time, time, time);
-    const Matrix<T> out(d_parts, time, s.dim, s.dim);
-    for (int part = 0; part < 3; ++part) {
-      if (part == 0) gemm_batched(ctx, dS, transpose::no, K, transpose::no, out, td, sv.alpha);
-      else if (part == 1) gemm_batched(ctx, dS, transpose::yes, Q, transpose::no, out, td, sv.alpha);
-      else gemm_batched(ctx, Pd, transpose::yes, dY, transpose::no, out, td);
-      into_block(d_parts, part);
-    }
+    T* d_parts = g.template scratch<T>(3 * d.per_head);
+    const auto part = [&](std::size_t i) { return Matrix<T>(d_parts + i * d.per_head, time, s.dim, s.dim); };
+    gemm_batched(ctx, dS, transpose::no, K, transpose::no, part(0), td, sv.alpha);
+    gemm_batched(ctx, dS, transpose::yes, Q, transpose::no, part(1), td, sv.alpha);
+    gemm_batched(ctx, Pd, transpose::yes, dY, transpose::no, part(2), td);
+    for_each(ctx, 3 * d.per_head, detail::FromHeadsOp<T, T>{d_parts, dqkv.data, d.qkv_part(s, 0), dqkv.accumulate});
   }
 
   std::string name_;

@@ -203,19 +203,20 @@ class Conv2d {
   static Var<T> forward(Graph<P, B>& g, const Spec& s, const ConvGeometry& geo, Var<T> x) {
     Var<T> y = g.template tensor<T>(Shape{geo.n, geo.ho, geo.wo, geo.k});
     T* pre = s.act == activation::gelu ? g.template scratch<T>(y.size()) : nullptr;
+    // Reordered once per forward and kept on the tape: the backward pass reads the same copy.
+    const Matrix<const G> weight = weight_matrix(g, s, geo);
     if constexpr (library_candidate) {
       if (conv_available<G>(g.context(), geo, s.has_bias)) {
         auto& params = g.params();
         const G* bias = s.has_bias ? params.template as<G>(s.bias).data : nullptr;
-        conv_forward(g.context(), geo, x.data, params.template as<G>(s.weight).data, bias, pre ? pre : y.data);
+        conv_forward(g.context(), geo, x.data, weight.data, bias, pre ? pre : y.data);
         using C = typename P::template compute_type<op::pointwise>;
         if (s.act == activation::relu) for_each(g.context(), y.size(), detail::ActivationOp<ReluFn, C, T>{y.data, y.data});
         if (s.act == activation::gelu) for_each(g.context(), y.size(), detail::ActivationOp<GeluFn, C, T>{pre, y.data});
-        g.on_backward([=](Graph<P, B>& gb) { library_backward(gb, s, geo, x, y, pre); });
+        g.on_backward([=](Graph<P, B>& gb) { library_backward(gb, s, geo, x, y, pre, weight.data); });
         return y;
       }
     }
-    const Matrix<const G> weight = weight_matrix(g, s, geo);
     {
       Temporaries<P, B> temp(g);
       const Matrix<const G> cols(columns(g, geo, x.data), geo.pixels(), geo.window(), geo.window());
@@ -230,7 +231,7 @@ class Conv2d {
   // The library's backward: fp32 filter and bias gradients added with one
   // rounding; the input gradient written in place, or in fp32 and added.
   static void library_backward(Graph<P, B>& g, const Spec& s, const ConvGeometry& geo, Var<T> x, Var<T> y,
-                               const T* pre) {
+                               const T* pre, const G* w) {
     const T* dy = g.grad(y);
     if (!dy) return;
     auto& ctx = g.context();
@@ -245,7 +246,6 @@ class Conv2d {
     for_each(ctx, count, detail::AddGradFromFloatOp<GW>{dw, params.backward_grads(s.weight).data});
     if (db) for_each(ctx, static_cast<std::size_t>(geo.k), detail::AddGradFromFloatOp<GW>{db, params.backward_grads(s.bias).data});
     if (!dx) return;
-    const G* w = params.template as<G>(s.weight).data;
     if (!dx.accumulate) return conv_backward_data(ctx, geo, dz, w, dx.data, s.has_bias);
     float* part = g.template scratch<float>(x.size());  // summed with what dx holds, one rounding
     conv_backward_data(ctx, geo, dz, w, part, s.has_bias);

@@ -120,7 +120,7 @@ class ConvTranspose2d {
     auto& ctx = g.context();
     auto& params = g.params();
     Var<T> y = g.template tensor<T>(Shape{geo.n, geo.h, geo.w, geo.c});
-    const G* w = params.template as<G>(s.weight).data;
+    const Matrix<const G> taps = tap_major(g, s, geo);  // kept on the tape: backward reads the same copy
     const bool lib = library(g, geo);
     {
       Temporaries<P, B> temp(g);
@@ -128,19 +128,19 @@ class ConvTranspose2d {
       if constexpr (std::is_same_v<T, float>) acc = y.data;
       else acc = g.template scratch<float>(y.size());
       if constexpr (library_candidate) {
-        if (lib) conv_backward_data(ctx, geo, x.data, w, acc, false);
+        if (lib) conv_backward_data(ctx, geo, x.data, taps.data, acc, false);
       }
       if (!lib) {
         const Matrix<const G> xg(as_type<G>(g, x.data, x.size()), geo.pixels(), geo.k, geo.k);
         float* dcols = g.template scratch<float>(static_cast<std::size_t>(geo.pixels() * geo.window()));
-        gemm(ctx, xg, transpose::no, tap_major(g, s, geo), transpose::no, matrix(dcols, geo.pixels(), geo.window()));
+        gemm(ctx, xg, transpose::no, taps, transpose::no, matrix(dcols, geo.pixels(), geo.window()));
         for_each(ctx, static_cast<std::size_t>(geo.n * geo.h * geo.w), detail::Col2ImOp<float, float>{dcols, acc, geo, false},
                  static_cast<std::size_t>(geo.window()));
       }
       const T* bias = s.has_bias ? params.template as<T>(s.bias).data : nullptr;
       for_each(ctx, y.size(), detail::AddBiasRoundOp<T>{acc, bias, y.data, geo.c});
     }
-    g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, geo, x, y, lib); });
+    g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, geo, x, y, lib, taps); });
     return y;
   }
 
@@ -153,7 +153,8 @@ class ConvTranspose2d {
     return {out, geo.k, geo.window(), geo.window()};
   }
 
-  static void backward(Graph<P, B>& g, const Spec& s, const ConvGeometry& geo, Var<T> x, Var<T> y, bool lib) {
+  static void backward(Graph<P, B>& g, const Spec& s, const ConvGeometry& geo, Var<T> x, Var<T> y, bool lib,
+                       Matrix<const G> taps) {
     const T* dy = g.grad(y);
     if (!dy) return;
     auto& ctx = g.context();
@@ -172,10 +173,9 @@ class ConvTranspose2d {
         conv_backward_weights<G, G>(ctx, geo, dy, x.data, dw, nullptr);  // [in, out, kh, kw], PyTorch's order
         for_each(ctx, count, detail::AddGradFromFloatOp<GW>{dw, params.backward_grads(s.weight).data});
         if (!dx) return;
-        const G* w = params.template as<G>(s.weight).data;
-        if (!dx.accumulate) return conv_forward<G>(ctx, geo, dy, w, nullptr, dx.data);
+        if (!dx.accumulate) return conv_forward<G>(ctx, geo, dy, taps.data, nullptr, dx.data);
         G* part = g.template scratch<G>(x.size());
-        conv_forward<G>(ctx, geo, dy, w, nullptr, part);
+        conv_forward<G>(ctx, geo, dy, taps.data, nullptr, part);
         for_each(ctx, x.size(), detail::AddGradOp<T>{part, dx.data, true});
         return;
       }
@@ -190,7 +190,7 @@ class ConvTranspose2d {
     for_each(ctx, count, detail::AddTapMajorGradOp<GW>{dw, params.backward_grads(s.weight).data, {geo.c, geo.kh * geo.kw}});
     if (!dx) return;
     GemmEpilogue<T> ep{.beta = dx.accumulate ? 1.0f : 0.0f};
-    gemm(ctx, colm, transpose::no, tap_major(g, s, geo), transpose::yes, matrix(dx.data, geo.pixels(), geo.k), ep);
+    gemm(ctx, colm, transpose::no, taps, transpose::yes, matrix(dx.data, geo.pixels(), geo.k), ep);
   }
 
   std::string name_;

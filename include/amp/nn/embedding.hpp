@@ -5,14 +5,17 @@
 // the host an id outside is an amp::Error, on the GPU its row reads as zeros.
 // The table's gradient groups the batch's rows by token id (a stable sort,
 // backend/groups.hpp) and sums each group per column in row order in fp32,
-// rounded once: deterministic on every backend, in memory proportional to
-// the batch's tokens, not to the vocabulary.
+// rounded once: deterministic on every backend (the same bits on each), in
+// memory proportional to the batch's tokens, not to the vocabulary. Rows are
+// read in runs (backend/rows.hpp): a warp or block per row on a GPU.
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <type_traits>
 
 #include "amp/backend/gemm.hpp"
 #include "amp/backend/groups.hpp"
+#include "amp/backend/rows.hpp"
 #include "amp/model/init.hpp"
 #include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
@@ -20,7 +23,8 @@
 namespace amp::nn {
 
 namespace detail {
-// y[r, c] = table[id[r], c] + positions[offset + r % time, c].
+// Row r of y: table[id[r]] + positions[offset + r % time], in fp32, rounded
+// once; a row op (backend/rows.hpp) reading and writing in runs.
 template <class W, class T>
 struct EmbedOp {
   const std::int32_t* ids;
@@ -29,37 +33,66 @@ struct EmbedOp {
   std::int64_t vocab, features, time;
   T* y;
   std::int64_t offset = 0;  // the position of the first id (generation continues a sequence)
-  AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    const std::int64_t r = static_cast<std::int64_t>(i) / features, c = static_cast<std::int64_t>(i) % features;
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t i) const {
+    const auto r = static_cast<std::int64_t>(i);
     const std::int32_t id = ids[r];
-    float v = id >= 0 && id < vocab ? cast<float>(table[id * features + c]) : 0.0f;
-    if (positions) v += cast<float>(positions[(offset + r % time) * features + c]);
-    y[i] = cast<T>(v);
+    const W* token = id >= 0 && id < vocab ? table + static_cast<std::int64_t>(id) * features : nullptr;
+    const W* position = positions ? positions + (offset + r % time) * features : nullptr;
+    each_run(lanes, features, [&](std::int64_t c, std::int64_t len) {
+      float v[run_length] = {}, p[run_length];
+      if (token) load_run(token + c, len, v);
+      if (position) {
+        load_run(position + c, len, p);
+        for (int j = 0; j < run_length; ++j) v[j] += p[j];
+      }
+      store_run(y + r * features + c, len, v);
+    });
   }
 };
 
-// The table's gradient at (group g, column c): dy summed over the rows of
-// the group's token id, in row order, in fp32, then added to the gradient,
-// rounded once. Items past the groups' count do nothing (the count is on
-// the device); ids outside [0, vocab) add nothing.
+// The table's gradient for group g: dy summed over the rows of the group's
+// token id, per column in row order, in fp32, then added to the gradient,
+// rounded once. A row op per group, a run of columns per lane (16-byte
+// loads of dy's rows). Groups past the count do nothing (the count is on the
+// device); ids outside [0, vocab) add nothing.
 template <class T, class GW>
 struct EmbedGradOp {
   KeyGroups groups;
   const T* dy;
   std::int64_t vocab, features;
   GW* grad;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    const auto g = static_cast<std::int64_t>(i) / features, c = static_cast<std::int64_t>(i) % features;
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t i) const {
+    const auto g = static_cast<std::int64_t>(i);
     if (g >= *groups.count) return;
     const std::int32_t id = groups.keys[g];
     if (id < 0 || id >= vocab) return;
-    float acc = 0.0f;
-    for (std::int32_t k = groups.offsets[g]; k < groups.offsets[g + 1]; ++k)
-      acc += cast<float>(dy[static_cast<std::int64_t>(groups.rows[k]) * features + c]);
-    const std::int64_t at = id * features + c;
-    grad[at] = cast<GW>(cast<float>(grad[at]) + acc);
+    const std::int32_t first = groups.offsets[g], last = groups.offsets[g + 1];
+    GW* out = grad + static_cast<std::int64_t>(id) * features;
+    each_run(lanes, features, [&](std::int64_t c, std::int64_t len) {
+      float acc[run_length] = {}, v[run_length];
+      for (std::int32_t k = first; k < last; ++k) {
+        load_run(dy + static_cast<std::int64_t>(groups.rows[k]) * features + c, len, v);
+        for (int j = 0; j < run_length; ++j) acc[j] += v[j];
+      }
+      load_run(out + c, len, v);
+      for (int j = 0; j < run_length; ++j) v[j] += acc[j];
+      store_run(out + c, len, v);
+    });
   }
 };
+
+// grad[id] += dy's rows of that id, from group_by_key's groups of `rows` ids.
+// On a GPU a group takes a block once its row has more runs than a warp has
+// lanes: a frequent token's many rows then cost each lane one run's loop.
+template <class B, class T, class GW>
+void add_embedding_grad(Context<B>& ctx, KeyGroups groups, const T* dy, std::size_t rows, std::int64_t vocab,
+                        std::int64_t features, GW* grad) {
+  const bool wide = (features + run_length - 1) / run_length > 32;
+  for_each_row(ctx, rows, wide ? std::max(features, block_row_width) : features,
+               EmbedGradOp<T, GW>{groups, dy, vocab, features, grad});
+}
 
 // positions' gradient[t, c] += sum over the batch of dy[b, t, c].
 template <class T, class GW>
@@ -146,9 +179,9 @@ class Embedding {
     Var<T> y = g.template tensor<T>(Shape{batch, time, s.features});
     auto& params = g.params();
     const W* positions = s.max_positions > 0 ? params.values(s.positions).data : nullptr;
-    for_each(g.context(), y.size(),
-             detail::EmbedOp<W, T>{ids.data, params.values(s.table).data, positions, s.vocab, s.features, time, y.data,
-                                   start});
+    for_each_row(g.context(), static_cast<std::size_t>(batch * time), s.features,
+                 detail::EmbedOp<W, T>{ids.data, params.values(s.table).data, positions, s.vocab, s.features, time,
+                                       y.data, start});
     g.on_backward([=](Graph<P, B>& gb) {
       const T* dy = gb.grad(y);
       if (!dy) return;
@@ -159,8 +192,7 @@ class Embedding {
       const KeyGroups groups{gb.template scratch<std::int32_t>(rows), gb.template scratch<std::int32_t>(rows),
                              gb.template scratch<std::int32_t>(rows + 1), gb.template scratch<std::int32_t>(1)};
       group_by_key(ctx, ids.data, rows, groups, gb.template scratch<std::byte>(group_by_key_bytes(ctx, rows)));
-      for_each(ctx, rows * static_cast<std::size_t>(s.features),
-               detail::EmbedGradOp<T, GW>{groups, dy, s.vocab, s.features, ps.backward_grads(s.table).data});
+      detail::add_embedding_grad(ctx, groups, dy, rows, s.vocab, s.features, ps.backward_grads(s.table).data);
       if (s.max_positions > 0)
         for_each(ctx, static_cast<std::size_t>(time * s.features),
                  detail::PositionGradOp<T, GW>{dy, batch, time, s.features,

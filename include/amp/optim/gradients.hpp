@@ -99,6 +99,7 @@ class Gradients {
     std::size_t begin = 0, count = 0;  // this rank's shard of the role (all of it without ZeRO-1)
     std::vector<std::size_t> tensors;  // offsets of its parameters, for per-tensor norms
     std::vector<std::size_t> counts;
+    TensorStats<B> tensor_stats;       // per_tensor_norms: their statistics in three launches
     Buffer<float, B> unscaled;
   };
   struct StoreGradients {
@@ -117,7 +118,10 @@ class Gradients {
       stores_.push_back({s, {}, {}});
       tensors += describe(*s, stores_.back().weights) + describe(*s, stores_.back().norms);
     }
-    if (per_tensor_norms) per_tensor_ = Buffer<GradStats, B>(ctx, tensors, memory_kind::optimizer);
+    if (per_tensor_norms) {
+      per_tensor_ = Buffer<GradStats, B>(ctx, tensors, memory_kind::optimizer);
+      each_role([&](auto& r) { r.tensor_stats = TensorStats<B>(ctx, r.tensors, r.counts); });
+    }
     check(nullptr);  // sizes the reduction workspace now, not in the loop
     end_iteration();
   }
@@ -137,11 +141,11 @@ class Gradients {
       using G = typename std::remove_reference_t<decltype(r)>::G;
       const Span<const G> grads = Span<const G>(r.arena->grads()).subspan(r.begin, r.count);
       if (per_tensor_.data()) {
-        for (std::size_t t = 0; t < r.tensors.size(); ++t, ++tensor) {
-          GradStats* slot = per_tensor_.data() + tensor;
-          grad_stats(*ctx_, grads.subspan(r.tensors[t], r.counts[t]), slot);
-          accumulate(slot, first);
+        if (!r.tensors.empty()) {
+          r.tensor_stats(*ctx_, grads, per_tensor_.data() + tensor, stats_.data(), first);
+          first = false;
         }
+        tensor += r.tensors.size();
       } else {
         grad_stats(*ctx_, grads, scratch_.data());
         accumulate(scratch_.data(), first);

@@ -22,12 +22,12 @@
 // ZeRO stage 1 (Options::zero = 1, the models built with .shard = {rank,
 // ranks}): each rank keeps the fp32 masters and optimizer state of its shard
 // (1/ranks of each role's elements). Each bucket goes, segment by segment, to
-// the rank that keeps it (a reduce per segment: a reduce-scatter at the shard
-// bounds, overlapping backward as above); each rank checks its
+// the rank that keeps it (a reduce per segment, grouped: one reduce-scatter at
+// the shard bounds, overlapping backward as above); each rank checks its
 // shard, the ranks' statistics are combined in rank order on the device (one
 // verdict, the exact global norm for clipping), each rank steps its shard, and
 // every shard's new values go to every rank in their stored type (a broadcast
-// per shard: an all-gather of uneven parts).
+// per shard, grouped: an all-gather of uneven parts).
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -260,9 +260,11 @@ class DataParallel final : public optim::GradientReducer {
       data = b.staging.data();
     }
     if (zero()) {
+      comm_->group_start();
       for (const auto& seg : b.segments)
         comm_->start_reduce_sum(*ctx_, static_cast<char*>(data) + seg.at * element_size(b.wire), seg.count, b.wire,
                                 seg.owner);
+      comm_->group_end();
     } else {
       comm_->start_all_reduce_sum(*ctx_, data, b.count, b.wire);
     }
@@ -388,9 +390,11 @@ class DataParallel final : public optim::GradientReducer {
   template <class Arena>
   void send_shards(Arena& a, const std::vector<std::size_t>& bounds) {
     using S = typename Arena::stored_type;
+    comm_->group_start();
     for (std::size_t r = 0; r + 1 < bounds.size(); ++r)
       if (bounds[r + 1] > bounds[r])
         comm_->broadcast(*ctx_, a.values().data + bounds[r], (bounds[r + 1] - bounds[r]) * sizeof(S), static_cast<int>(r));
+    comm_->group_end();
   }
 
   // Rank 0's values, masters and buffers to every rank, bit for bit.

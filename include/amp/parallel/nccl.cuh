@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <thread>
+#include <utility>
 
 #include "amp/backend/cuda.cuh"
 #include "amp/parallel/mpi.hpp"
@@ -44,7 +45,7 @@ class NcclCommunicator final : public Collective<cuda> {
     if (std::uncaught_exceptions() > 0) {
       ncclCommAbort(comm_);  // a failed rank: do not wait for the others
     } else {
-      cudaStreamSynchronize(stream_);
+      amp::detail::report_in_destructor("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
       ncclCommDestroy(comm_);
     }
     cudaEventDestroy(queued_);
@@ -67,6 +68,10 @@ class NcclCommunicator final : public Collective<cuda> {
   }
   void finish(Context<cuda>& ctx) override {
     if (!pending_) return;
+    if (group_depth_ > 0) {  // a group's calls reach the stream at its end: landed after that
+      finish_after_group_ = &ctx;
+      return;
+    }
     AMP_CUDA_CHECK(cudaEventRecord(landed_, stream_));
     AMP_CUDA_CHECK(cudaStreamWaitEvent(ctx.stream(), landed_, 0));
     pending_ = false;
@@ -92,6 +97,15 @@ class NcclCommunicator final : public Collective<cuda> {
     finish(ctx);
   }
   std::vector<std::int64_t> all_gather(std::int64_t value) override { return bootstrap_->all_gather(value); }
+  // One NCCL launch for the calls in between (ncclGroupStart / ncclGroupEnd).
+  void group_start() override {
+    detail::nccl_check(ncclGroupStart(), "ncclGroupStart");
+    ++group_depth_;
+  }
+  void group_end() override {
+    detail::nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    if (--group_depth_ == 0 && finish_after_group_) finish(*std::exchange(finish_after_group_, nullptr));
+  }
 
   // Waits for every queued NCCL call, at most `timeout`: a rank that stopped
   // shows up as an error here (the communicator is aborted), not as a hang.
@@ -104,9 +118,7 @@ class NcclCommunicator final : public Collective<cuda> {
         ncclCommAbort(comm_);
         fail("NCCL: rank ", rank(), ": a collective failed: ", ncclGetErrorString(async));
       }
-      const cudaError_t q = cudaStreamQuery(stream_);
-      if (q == cudaSuccess) return;
-      AMP_REQUIRE(q == cudaErrorNotReady, "NCCL: rank ", rank(), ": ", cudaGetErrorString(q));
+      if (amp::detail::cuda_ready(cudaStreamQuery(stream_), "cudaStreamQuery (NCCL's stream)")) return;
       if (std::chrono::steady_clock::now() > deadline) {
         ncclCommAbort(comm_);
         fail("NCCL: rank ", rank(), ": no progress for ", timeout.count(),
@@ -127,6 +139,8 @@ class NcclCommunicator final : public Collective<cuda> {
   cudaStream_t stream_ = nullptr;
   cudaEvent_t queued_ = nullptr, landed_ = nullptr;
   bool pending_ = false;
+  int group_depth_ = 0;
+  Context<cuda>* finish_after_group_ = nullptr;  // a finish() asked for inside a group
 };
 
 }  // namespace amp::parallel

@@ -1,6 +1,8 @@
 #pragma once
-// GPU launches of the shared functors: a grid-stride for_each kernel and CUB's
-// transform-reduce over a counting iterator (the map takes an index), both on the context's stream, writing results to device memory.
+// GPU launches of the shared functors: grid-stride for_each and for_each_cell
+// kernels, row ops on warps or blocks, and CUB's (segmented) transform-reduce
+// over a counting iterator (the map takes an index), all on the context's
+// stream, writing results to device memory.
 #include <algorithm>
 #include <climits>
 #include <cstddef>
@@ -11,7 +13,9 @@
 #include <cub/device/device_reduce.cuh>
 #include <cub/device/device_run_length_encode.cuh>
 #include <cub/device/device_scan.cuh>
+#include <cub/device/device_segmented_reduce.cuh>
 #include <thrust/iterator/counting_iterator.h>
+#include <thrust/iterator/transform_iterator.h>
 
 #include "amp/backend/cuda/context.cuh"
 #include "amp/backend/groups.hpp"
@@ -39,6 +43,37 @@ void for_each(Context<cuda>& ctx, std::size_t n, F f, std::size_t /*work_per_ite
   const std::size_t cap = static_cast<std::size_t>(ctx.multiprocessors()) * 16;
   const auto blocks = static_cast<unsigned>(wanted < cap ? wanted : cap);
   detail::for_each_kernel<<<blocks, threads, 0, ctx.stream()>>>(n, f);
+  AMP_CUDA_CHECK(cudaGetLastError());
+}
+
+namespace detail {
+// Threads along x take neighbouring columns (coalesced), along y rows; both
+// grid-stride, so no thread divides an index.
+template <class F>
+__global__ void cells_kernel(std::int64_t rows, std::int64_t cols, F f) {
+  const std::int64_t c0 = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
+  const std::int64_t r_step = static_cast<std::int64_t>(gridDim.y) * blockDim.y;
+  const std::int64_t c_step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t r = blockIdx.y * static_cast<std::int64_t>(blockDim.y) + threadIdx.y; r < rows; r += r_step)
+    for (std::int64_t c = c0; c < cols; c += c_step) f(r, c);
+}
+}  // namespace detail
+
+// f(r, c) for every cell of a rows x cols grid: a block of 256 threads covers
+// up to 32 neighbouring columns of 256 / 32 or more rows (work_per_item is the host's hint).
+template <class F>
+void for_each_cell(Context<cuda>& ctx, std::int64_t rows, std::int64_t cols, F f, std::size_t /*work_per_item*/ = 1) {
+  if (rows <= 0 || cols <= 0) return;
+  ctx.activate();
+  ctx.count_launch();
+  unsigned x = 1;
+  while (x < 32 && x < cols) x *= 2;
+  const unsigned y = 256 / x;
+  const std::int64_t cap = static_cast<std::int64_t>(ctx.multiprocessors()) * 16;
+  const std::int64_t gx = std::min<std::int64_t>((cols + x - 1) / x, cap);
+  const std::int64_t gy = std::min<std::int64_t>({(rows + y - 1) / y, std::max<std::int64_t>(cap / gx, 1), 65535});
+  detail::cells_kernel<<<dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy)), dim3(x, y), 0, ctx.stream()>>>(
+      rows, cols, f);
   AMP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -182,6 +217,34 @@ void transform_reduce(Context<cuda>& ctx, std::size_t n, Map map, Combine combin
   void* temp = ctx.scratch<std::byte>(scratch_slot::reduction, temp_bytes);
   AMP_CUDA_CHECK(
       cub::DeviceReduce::TransformReduce(temp, temp_bytes, first, out, n, combine, map, init, ctx.stream()));
+}
+
+// out[s] = combine over map(i), i in [begins[s], ends[s]), for each of
+// `segments` segments (offsets in device memory): CUB's segmented reduction,
+// a block per segment, one launch however many segments; no host sync.
+// Deterministic for given segments and device. Segments of a few ten
+// thousand items keep every SM busy: cut a long range into several.
+template <class T, class Map, class Combine>
+void segmented_transform_reduce(Context<cuda>& ctx, std::size_t segments, const std::size_t* begins,
+                                const std::size_t* ends, Map map, Combine combine, T init, T* out) {
+  if (segments == 0) return;
+  ctx.activate();
+  ctx.count_launch();
+  const auto in = thrust::make_transform_iterator(thrust::counting_iterator<std::size_t>(0), map);
+  const auto count = static_cast<std::int64_t>(segments);
+  thread_local std::map<std::pair<int, std::size_t>, std::size_t> known;  // CUB's bytes, asked once per size
+  const auto key = std::make_pair(ctx.device(), segments);
+  auto it = known.find(key);
+  if (it == known.end()) {
+    std::size_t bytes = 0;
+    AMP_CUDA_CHECK(cub::DeviceSegmentedReduce::Reduce(nullptr, bytes, in, out, count, begins, ends, combine, init,
+                                                      ctx.stream()));
+    it = known.emplace(key, bytes).first;
+  }
+  std::size_t bytes = it->second;
+  void* temp = ctx.scratch<std::byte>(scratch_slot::reduction, bytes);
+  AMP_CUDA_CHECK(
+      cub::DeviceSegmentedReduce::Reduce(temp, bytes, in, out, count, begins, ends, combine, init, ctx.stream()));
 }
 
 namespace detail {

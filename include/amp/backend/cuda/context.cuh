@@ -11,6 +11,7 @@
 #include "amp/backend/cuda/device.hpp"
 #include "amp/backend/cuda/error.cuh"
 #include "amp/backend/cuda/lt_plans.cuh"
+#include "amp/backend/cuda/versions.cuh"
 
 namespace amp {
 
@@ -23,6 +24,7 @@ class Context<cuda> : public ContextBase<Context<cuda>> {
     const int count = cuda_device_count();
     AMP_REQUIRE(device >= 0 && device < count, "amp::Context<cuda>: device ", device, " requested but ",
                 count == 0 ? cuda_unavailable_reason() : detail::concat(count, " device(s) present"));
+    detail::check_cublas_version();
     AMP_CUDA_CHECK(cudaSetDevice(device));
     cudaDeviceProp prop{};
     AMP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
@@ -44,8 +46,8 @@ class Context<cuda> : public ContextBase<Context<cuda>> {
   }
 
   ~Context() {
-    cudaSetDevice(device_);
-    cudaStreamSynchronize(stream_);
+    detail::report_in_destructor("cudaSetDevice", cudaSetDevice(device_));
+    detail::report_in_destructor("cudaStreamSynchronize", cudaStreamSynchronize(stream_));
     release_scratch();
     deallocate(workspace_, cublas_workspace_bytes, memory_kind::workspace);
     cublasLtDestroy(cublaslt_);
@@ -88,7 +90,7 @@ class Context<cuda> : public ContextBase<Context<cuda>> {
   }
   void raw_free(void* p) {
     cudaSetDevice(device_);
-    cudaFree(p);
+    detail::report_in_destructor("cudaFree", cudaFree(p));
   }
   void* raw_allocate_pinned(std::size_t bytes) {
     activate();
@@ -96,7 +98,9 @@ class Context<cuda> : public ContextBase<Context<cuda>> {
     AMP_CUDA_CHECK(cudaMallocHost(&p, bytes));
     return p;
   }
-  void raw_free_pinned(void* p) { cudaFreeHost(p); }
+  void raw_free_pinned(void* p) {
+    detail::report_in_destructor("cudaFreeHost", cudaFreeHost(p));
+  }
   void raw_synchronize() {
     activate();
     AMP_CUDA_CHECK(cudaStreamSynchronize(stream_));

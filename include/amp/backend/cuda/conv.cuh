@@ -4,15 +4,18 @@
 // planned once per context: an operation graph (forward with the bias add
 // fused behind the convolution, so y rounds once), the first engine cuDNN's
 // heuristics rank that is deterministic, sums in fp32 and, for fp32 data,
-// keeps fp32 (no TF32: O0 means fp32), and its workspace size. A call then
-// reorders the filter to channels-last [K, kh, kw, C] (what cuDNN's NHWC
-// kernels read) in scratch, and runs the plan on the context's stream: no
+// keeps fp32 (no TF32: O0 means fp32), and its workspace size. A call runs
+// the plan on the context's stream with the filter as the layer passes it,
+// channels-last [K, kh, kw, C] (what cuDNN's NHWC kernels read): no
 // allocation after the first call of a shape, no host sync, capturable.
-// A graph no engine runs reports false from conv_available: the layer takes its
-// im2col path. An fp32 input gradient or filter gradient of 16-bit data is
-// asked of cuDNN in fp32 first; where no engine writes fp32 it is written in T
-// and widened.
+// A shape is cuDNN's only when all three passes plan (the forward, the input
+// gradient, the filter gradient): conv_available plans them together, and a
+// shape where any has no engine (dilation, C = 1, odd channels may not) takes
+// the layer's im2col path from its forward on, never an error in backward.
+// An fp32 input gradient or filter gradient of 16-bit data is asked of cuDNN
+// in fp32 first; where no engine writes fp32 it is written in T and widened.
 #include <array>
+#include <cstdio>
 #include <map>
 #include <tuple>
 #include <type_traits>
@@ -44,29 +47,31 @@ struct CudnnPass {
   bool planned = false;
 };
 struct CudnnConvPlan {
-  CudnnPass forward, backward_data, backward_weights;
+  CudnnPass forward, backward_data, backward_data_fp32, backward_weights;
+  bool checked = false, usable = false;  // all three passes planned, each with an engine
 };
 
 // The plans of a context's convolution shapes.
 class CudnnConvState {
  public:
-  explicit CudnnConvState(Context<cuda>&) {}
+  // The handle first: the plans made on it are freed before it.
+  explicit CudnnConvState(Context<cuda>& ctx) { ctx.library_state<cudnn::Handle>(); }
 
-  // Key: the geometry, the data type, the input-gradient type and whether there is a bias.
+  // Key: the geometry, the data type and whether there is a bias.
   using Key = std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
-                         std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, int, bool>;
+                         std::int64_t, std::int64_t, std::int64_t, std::int64_t, int, bool>;
   CudnnConvPlan& plan(const Key& key) { return plans_[key]; }
   std::size_t size() const { return plans_.size(); }
-  // Shapes whose forward no allowed engine runs (the layer took im2col there).
+  // Shapes where a pass has no allowed engine (the layer took im2col there).
   std::size_t without_engine() const {
     std::size_t n = 0;
-    for (const auto& [key, p] : plans_) n += p.forward.planned && !p.forward.plan;
+    for (const auto& [key, p] : plans_) n += p.checked && !p.usable;
     return n;
   }
   // Gradient passes written in T and widened, for want of an engine that writes fp32.
   std::size_t passes_widened() const {
     std::size_t n = 0;
-    for (const auto& [key, p] : plans_) n += p.backward_data.widens + p.backward_weights.widens;
+    for (const auto& [key, p] : plans_) n += p.backward_data_fp32.widens + p.backward_weights.widens;
     return n;
   }
 
@@ -74,10 +79,10 @@ class CudnnConvState {
   std::map<Key, CudnnConvPlan> plans_;
 };
 
-template <class T, class D>
+template <class T>
 CudnnConvPlan& cudnn_conv_plan(Context<cuda>& ctx, const ConvGeometry& g, bool has_bias) {
   return ctx.library_state<CudnnConvState>().plan({g.n, g.h, g.w, g.c, g.k, g.kh, g.kw, g.stride, g.pad, g.dilation,
-                                                   cudnn::data_type<T>(), cudnn::data_type<D>(), has_bias});
+                                                   cudnn::data_type<T>(), has_bias});
 }
 
 // The tensors of a convolution, channels-last: images [N, H, W, C], filters [K, kh, kw, C].
@@ -195,8 +200,8 @@ CudnnPass& planned_pass(CudnnPass& pass, Make make) {
   return pass;
 }
 
-// Scratch for one pass, 256-byte aligned pieces: the workspace, the filter (or
-// its gradient) channels-last, the bias, and an output to widen.
+// Scratch for one pass, 256-byte aligned pieces: the workspace, the filter
+// gradient channels-last, the bias, and an output to widen.
 struct CudnnScratch {
   void *workspace, *filter, *bias, *widen;
 };
@@ -211,40 +216,60 @@ inline CudnnScratch take_scratch(Context<cuda>& ctx, const CudnnPass& pass, std:
 
 }  // namespace detail
 
-// cuDNN has the convolution for input type T and input-gradient type D for
-// this shape: plans the forward on first use.
+// cuDNN has the convolution for input type T and input-gradient type D (T or
+// fp32) for this shape: its three passes are planned together on first use.
 template <class T, class D = T>
 bool conv_available(Context<cuda>& ctx, const ConvGeometry& g, bool has_bias) {
   if constexpr (!detail::cudnn_conv_type_v<T> || !(std::is_same_v<D, T> || std::is_same_v<D, float>)) {
     return false;
   } else {
-    auto& pass = detail::cudnn_conv_plan<T, D>(ctx, g, has_bias).forward;
-    if (!pass.planned) {
-      pass.plan = detail::plan_forward<T>(ctx.library_state<detail::cudnn::Handle>().get(), g, has_bias);
-      pass.planned = true;
+    auto& plan = detail::cudnn_conv_plan<T>(ctx, g, has_bias);
+    if (!plan.checked) {
+      ctx.activate();
+      const cudnnHandle_t handle = ctx.library_state<detail::cudnn::Handle>().get();
+      plan.forward.plan = detail::plan_forward<T>(handle, g, has_bias);
+      plan.forward.planned = true;
+      const auto data = [&](cudnnDataType_t out) { return detail::plan_backward<T>(handle, g, out, false); };
+      const auto weights = [&](cudnnDataType_t out) { return detail::plan_backward<T>(handle, g, out, true); };
+      // An fp32 input gradient falls back to T and widens, so its T plan stands for both.
+      const bool forward = static_cast<bool>(plan.forward.plan),
+                 backward_data = forward && detail::planned_pass<T, T>(plan.backward_data, data).plan,
+                 backward_weights = backward_data && detail::planned_pass<T, float>(plan.backward_weights, weights).plan;
+      plan.usable = backward_weights;
+      plan.checked = true;
+      if (!plan.usable)
+        std::fprintf(stderr,
+                     "amp: cuDNN %zu has no allowed engine for the %s of a %lldx%lldx%lldx%lld convolution to %lld "
+                     "channels (kernel %lld, stride %lld, pad %lld, dilation %lld, cudnnDataType %d): the layer runs "
+                     "it as im2col and GEMMs (logged once per shape)\n",
+                     cudnnGetVersion(), !forward ? "forward" : !backward_data ? "input gradient" : "filter gradient",
+                     static_cast<long long>(g.n), static_cast<long long>(g.h), static_cast<long long>(g.w),
+                     static_cast<long long>(g.c), static_cast<long long>(g.k), static_cast<long long>(g.kh),
+                     static_cast<long long>(g.stride), static_cast<long long>(g.pad),
+                     static_cast<long long>(g.dilation), static_cast<int>(detail::cudnn::data_type<T>()));
     }
-    return static_cast<bool>(pass.plan);
+    return plan.usable;
   }
 }
 
 namespace detail {
+// The plans of a shape conv_available accepted; a pass asked for on a shape it refused is amp's bug.
 template <class T, class D>
 CudnnConvPlan& cudnn_planned(Context<cuda>& ctx, const ConvGeometry& g, bool has_bias, const char* pass) {
   AMP_REQUIRE((conv_available<T, D>(ctx, g, has_bias)), pass, ": cuDNN has no convolution for this shape");
   ctx.activate();
-  return cudnn_conv_plan<T, D>(ctx, g, has_bias);
+  return cudnn_conv_plan<T>(ctx, g, has_bias);
 }
 inline std::size_t filter_elements(const ConvGeometry& g) { return static_cast<std::size_t>(g.k * g.window()); }
 inline TapMajorIndex tap_major(const ConvGeometry& g) { return {g.c, g.kh * g.kw}; }
 }  // namespace detail
 
-// y = conv(x, w) + bias, y in T.
+// y = conv(x, w) + bias, y in T; w channels-last [K, kh, kw, C].
 template <class T>
 void conv_forward(Context<cuda>& ctx, const ConvGeometry& g, const T* x, const T* w, const T* bias, T* y) {
   auto& pass = detail::cudnn_planned<T, T>(ctx, g, bias != nullptr, "conv_forward").forward;
-  const auto s = detail::take_scratch(ctx, pass, detail::filter_elements(g) * sizeof(T), bias ? g.k * sizeof(T) : 0, 0);
-  auto* filter = static_cast<T*>(s.filter);
-  for_each(ctx, detail::filter_elements(g), detail::ToTapMajorOp<T>{w, filter, detail::tap_major(g)});
+  const auto s = detail::take_scratch(ctx, pass, 0, bias ? g.k * sizeof(T) : 0, 0);
+  T* filter = const_cast<T*>(w);
   const cudnnHandle_t handle = ctx.library_state<detail::cudnn::Handle>().get();
   ctx.count_launch();
   if (bias) {
@@ -256,35 +281,36 @@ void conv_forward(Context<cuda>& ctx, const ConvGeometry& g, const T* x, const T
   }
 }
 
-// dx = the input gradient of dy through w (overwritten, in D: T or fp32).
+// dx = the input gradient of dy through w [K, kh, kw, C] (overwritten, in D: T or fp32).
 template <class T, class D>
 void conv_backward_data(Context<cuda>& ctx, const ConvGeometry& g, const T* dy, const T* w, D* dx, bool has_bias) {
   auto& plan = detail::cudnn_planned<T, D>(ctx, g, has_bias, "conv_backward_data");
   const cudnnHandle_t handle = ctx.library_state<detail::cudnn::Handle>().get();
-  auto& pass = detail::planned_pass<T, D>(plan.backward_data, [&](cudnnDataType_t out) {
-    return detail::plan_backward<T>(handle, g, out, false);
-  });
-  AMP_REQUIRE(pass.plan, "conv_backward_data: cuDNN has no input-gradient kernel for this shape");
+  detail::CudnnPass* chosen = &plan.backward_data;
+  if constexpr (!std::is_same_v<D, T>) {  // fp32 asked of cuDNN once; without an engine, T's plan and a widening
+    auto& fp32 = plan.backward_data_fp32;
+    if (!fp32.planned) {
+      fp32.plan = detail::plan_backward<T>(handle, g, CUDNN_DATA_FLOAT, false);
+      fp32.widens = !fp32.plan;
+      fp32.planned = true;
+    }
+    if (fp32.plan) chosen = &fp32;
+  }
+  auto& pass = *chosen;
+  const bool widens = !std::is_same_v<D, T> && chosen == &plan.backward_data;
   const std::size_t inputs = static_cast<std::size_t>(g.n * g.h * g.w * g.c);
-  const auto s = detail::take_scratch(ctx, pass, detail::filter_elements(g) * sizeof(T), 0,
-                                      pass.widens ? inputs * sizeof(T) : 0);
-  auto* filter = static_cast<T*>(s.filter);
-  for_each(ctx, detail::filter_elements(g), detail::ToTapMajorOp<T>{w, filter, detail::tap_major(g)});
+  const auto s = detail::take_scratch(ctx, pass, 0, 0, widens ? inputs * sizeof(T) : 0);
   ctx.count_launch();
   pass.plan.run(handle, {detail::uid_y, detail::uid_w, detail::uid_x},
-                {const_cast<T*>(dy), filter, pass.widens ? s.widen : static_cast<void*>(dx)}, s.workspace);
-  if (pass.widens) convert(ctx, Span<const T>{static_cast<const T*>(s.widen), inputs}, Span<D>{dx, inputs});
+                {const_cast<T*>(dy), const_cast<T*>(w), widens ? s.widen : static_cast<void*>(dx)}, s.workspace);
+  if (widens) convert(ctx, Span<const T>{static_cast<const T*>(s.widen), inputs}, Span<D>{dx, inputs});
 }
 
 // dw [K, C, kh, kw] and dbias (when not null) from x and dy, overwritten in fp32.
 template <class T, class D = T>
 void conv_backward_weights(Context<cuda>& ctx, const ConvGeometry& g, const T* x, const T* dy, float* dw, float* dbias) {
-  auto& plan = detail::cudnn_planned<T, D>(ctx, g, dbias != nullptr, "conv_backward_weights");
+  auto& pass = detail::cudnn_planned<T, D>(ctx, g, dbias != nullptr, "conv_backward_weights").backward_weights;
   const cudnnHandle_t handle = ctx.library_state<detail::cudnn::Handle>().get();
-  auto& pass = detail::planned_pass<T, float>(plan.backward_weights, [&](cudnnDataType_t out) {
-    return detail::plan_backward<T>(handle, g, out, true);
-  });
-  AMP_REQUIRE(pass.plan, "conv_backward_weights: cuDNN has no filter-gradient kernel for this shape");
   const std::size_t count = detail::filter_elements(g);
   const std::size_t partials = dbias ? column_sum_partials(g.pixels(), g.k) : 0;
   const auto s = detail::take_scratch(ctx, pass, count * (pass.widens ? sizeof(T) : sizeof(float)), 0,

@@ -8,6 +8,7 @@
 // allocates nothing and never waits for the stream.
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
@@ -21,9 +22,12 @@
 #define AMP_CUDNN_CHECK(call)                                                                              \
   do {                                                                                                     \
     const cudnnStatus_t amp_status_ = (call);                                                              \
-    if (amp_status_ != CUDNN_STATUS_SUCCESS)                                                               \
+    if (amp_status_ != CUDNN_STATUS_SUCCESS) {                                                             \
+      char amp_detail_[512] = "";                                                                          \
+      cudnnGetLastErrorString(amp_detail_, sizeof amp_detail_);                                            \
       ::amp::fail("cuDNN error in ", #call, " (" __FILE__ ":" AMP_STRINGIFY(__LINE__) "): ",               \
-                  cudnnGetErrorString(amp_status_));                                                       \
+                  cudnnGetErrorString(amp_status_), amp_detail_[0] ? ": " : "", amp_detail_);              \
+    }                                                                                                      \
   } while (0)
 
 namespace amp::detail::cudnn {
@@ -32,6 +36,7 @@ namespace amp::detail::cudnn {
 class Handle {
  public:
   explicit Handle(Context<cuda>& ctx) {
+    check_cudnn_version();
     ctx.activate();
     AMP_CUDNN_CHECK(cudnnCreate(&h_));
     AMP_CUDNN_CHECK(cudnnSetStream(h_, ctx.stream()));
@@ -138,26 +143,42 @@ class Plan {
   explicit operator bool() const { return static_cast<bool>(plan_); }
   std::size_t workspace_bytes() const { return workspace_; }
 
-  // Runs on the handle's stream: uids[i] bound to pointers[i].
+  // Runs on the handle's stream: uids[i] bound to pointers[i]. The variant
+  // pack (the binding) of the last run is reused while the addresses are the
+  // same, as a training loop's are (its memory is planned): no descriptor
+  // work per step.
   void run(cudnnHandle_t handle, std::initializer_list<std::int64_t> uids, std::initializer_list<void*> pointers,
-           void* workspace) const {
-    for (void* p : pointers)
-      AMP_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % 16 == 0, "cuDNN: a tensor at ", p,
-                  " is not 16-byte aligned (graph memory is 256-byte aligned; a view into it at an odd offset is not)");
-    Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-    pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.begin(), static_cast<std::int64_t>(uids.size()))
-        .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.begin(),
-             static_cast<std::int64_t>(pointers.size()))
-        .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace)
-        .finalize();
-    AMP_CUDNN_CHECK(cudnnBackendExecute(handle, plan_.get(), pack.get()));
+           void* workspace) {
+    const bool same = pack_ && bound_.size() == pointers.size() + 1 &&
+                      std::equal(pointers.begin(), pointers.end(), bound_.begin()) && bound_.back() == workspace;
+    if (!same) {
+      for (void* p : pointers)
+        AMP_REQUIRE(reinterpret_cast<std::uintptr_t>(p) % 16 == 0, "cuDNN: a tensor at ", p,
+                    " is not 16-byte aligned (graph memory is 256-byte aligned; a view into it at an odd offset is not)");
+      Descriptor pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+      pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids.begin(), static_cast<std::int64_t>(uids.size()))
+          .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, pointers.begin(),
+               static_cast<std::int64_t>(pointers.size()))
+          .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, &workspace)
+          .finalize();
+      pack_ = std::move(pack);
+      bound_.assign(pointers.begin(), pointers.end());
+      bound_.push_back(workspace);
+      ++packs_built_;
+    }
+    AMP_CUDNN_CHECK(cudnnBackendExecute(handle, plan_.get(), pack_.get()));
   }
+  // Variant packs built so far: one per distinct binding, not one per run.
+  std::size_t packs_built() const { return packs_built_; }
 
  private:
   friend class Graph;
   std::vector<Descriptor> parts_;
   Descriptor plan_;
   std::size_t workspace_ = 0;
+  Descriptor pack_;
+  std::vector<void*> bound_;  // the pack's pointers, then its workspace
+  std::size_t packs_built_ = 0;
 };
 
 // The operations of one graph and every descriptor they refer to.

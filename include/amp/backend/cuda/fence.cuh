@@ -16,7 +16,7 @@ class Fence<cuda> {
   Fence(const Fence&) = delete;
   Fence& operator=(const Fence&) = delete;
   ~Fence() {
-    cudaEventSynchronize(event_);
+    detail::report_in_destructor("cudaEventSynchronize", cudaEventSynchronize(event_));
     cudaEventDestroy(event_);
   }
   void record(Context<cuda>& ctx) { AMP_CUDA_CHECK(cudaEventRecord(event_, ctx.stream())); }

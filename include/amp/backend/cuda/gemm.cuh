@@ -10,6 +10,7 @@
 // the operands' 1/scale as its A/B scale pointers (read on the device).
 #include <type_traits>
 
+#include "amp/backend/column_sums.hpp"
 #include "amp/backend/cuda/algorithm.cuh"
 #include "amp/backend/cuda/context.cuh"
 #include "amp/backend/gemm.hpp"
@@ -32,16 +33,16 @@ constexpr cudaDataType_t cuda_data_type() {
 
 inline cublasOperation_t cublas_op(transpose t) { return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
-// The epilogue as a kernel over an fp32 product (the fallback path).
+// The epilogue as a kernel over an fp32 product (the fallback path), one cell
+// (row r, column j) a thread: for_each_cell, no index division.
 template <class TC>
 struct EpilogueOp {
   const float* z;
   TC* c;
   std::int64_t n, ldc;
   GemmEpilogue<TC> ep;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    const std::int64_t r = static_cast<std::int64_t>(i) / n, j = static_cast<std::int64_t>(i) % n;
-    float v = z[i];
+  AMP_HOST_DEVICE void operator()(std::int64_t r, std::int64_t j) const {
+    float v = z[r * n + j];
     if (ep.beta != 0.0f) v += ep.beta * cast<float>(c[r * ldc + j]);
     if (ep.bias) v += cast<float>(ep.bias[j]);
     if (ep.pre_activation) ep.pre_activation[r * ldc + j] = cast<TC>(v);
@@ -56,19 +57,41 @@ struct AddIntoOp {
   AMP_HOST_DEVICE void operator()(std::size_t i) const { dst[i] = cast<T>(cast<float>(dst[i]) + cast<float>(src[i])); }
 };
 
-// grad_bias[i] += sum_k op(A)[i][k], for the fallback path.
+// The fallback's bias gradient, grad_bias[i] += sum_k op(A)[i][k], added in
+// fp32 and rounded once. op(A) = A: a row op per row of A (a warp or block,
+// read in runs: 16-byte loads where aligned). op(A) = A^T (the weight
+// gradient's dY^T): A's column sums, neighbouring threads on neighbouring columns.
 template <class T, class Out>
 struct RowSumOp {
   Matrix<const T> a;
-  bool transposed;
-  std::int64_t k;
   Out* out;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    float acc = 0.0f;
-    for (std::int64_t p = 0; p < k; ++p) acc += cast<float>(transposed ? a(p, static_cast<std::int64_t>(i)) : a(static_cast<std::int64_t>(i), p));
-    out[i] = cast<Out>(cast<float>(out[i]) + acc);
+  template <class Lanes>
+  AMP_HOST_DEVICE void operator()(const Lanes& lanes, std::size_t i) const {
+    const T* row = a.data + static_cast<std::int64_t>(i) * a.ld;
+    const float acc = sum_runs(lanes, a.cols, [&](std::int64_t c, std::int64_t len) {
+      float v[run_length];
+      load_run(row + c, len, v);
+      float s = 0.0f;
+      for (const float x : v) s += x;
+      return s;
+    });
+    lanes.each(1, [&](std::int64_t) { out[i] = cast<Out>(cast<float>(out[i]) + acc); });
   }
 };
+template <class T>
+struct MatrixAt {
+  Matrix<const T> a;
+  AMP_HOST_DEVICE float operator()(std::int64_t r, std::int64_t c) const { return cast<float>(a(r, c)); }
+};
+template <class T, class Out>
+void add_bias_grad(Context<cuda>& ctx, Matrix<const T> a, transpose ta, Out* grad_bias) {
+  if (ta == transpose::yes) {
+    float* partial = ctx.scratch<float>(scratch_slot::bias_grad, column_sum_partials(a.rows, a.cols));
+    add_column_sums(ctx, a.rows, a.cols, MatrixAt<T>{a}, partial, grad_bias);
+  } else {
+    for_each_row(ctx, static_cast<std::size_t>(a.rows), a.cols, RowSumOp<T, Out>{a, grad_bias});
+  }
+}
 
 template <class T>
 void set_attribute(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
@@ -135,10 +158,10 @@ bool gemm_lt(Context<cuda>& ctx, Matrix<const TA> a, transpose ta, Matrix<const 
     prefer(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
-    const cublasStatus_t status =
+    p.status =
         cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &heuristic, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    p.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    p.found = p.status == CUBLAS_STATUS_SUCCESS && found > 0;
     if (p.found) p.algo = heuristic.algo;
   });
   if (!plan.found) return false;
@@ -181,9 +204,7 @@ void gemm(Context<cuda>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
     return;
   }
   // No fused algorithm: fp32 product in scratch, then the epilogue kernel.
-  if (ep.grad_bias)
-    for_each(ctx, static_cast<std::size_t>(d.m),
-             detail::RowSumOp<TA, TC>{a, ta == transpose::yes, d.k, ep.grad_bias});
+  if (ep.grad_bias) detail::add_bias_grad(ctx, a, ta, ep.grad_bias);
   float* z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(d.m * d.n));
   const float zero = 0.0f;
   AMP_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), detail::cublas_op(tb), detail::cublas_op(ta), n, m, k, &ep.alpha, b.data,
@@ -191,7 +212,7 @@ void gemm(Context<cuda>& ctx, Matrix<const TA> a, transpose ta, Matrix<const TB>
                                 CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   GemmEpilogue<TC> rest = ep;
   rest.grad_bias = nullptr;
-  for_each(ctx, static_cast<std::size_t>(d.m * d.n), detail::EpilogueOp<TC>{z, c.data, d.n, c.ld, rest});
+  for_each_cell(ctx, d.m, d.n, detail::EpilogueOp<TC>{z, c.data, d.n, c.ld, rest});
 }
 
 namespace detail {
@@ -201,19 +222,21 @@ struct Fp8DecodeOp {
   Matrix<const F> codes;
   const float* scale_inv;
   float* out;
-  AMP_HOST_DEVICE void operator()(std::size_t i) const {
-    const std::int64_t r = static_cast<std::int64_t>(i) / codes.cols, c = static_cast<std::int64_t>(i) % codes.cols;
-    out[i] = fp8_to_float(codes(r, c)) * *scale_inv;
+  AMP_HOST_DEVICE void operator()(std::int64_t r, std::int64_t c) const {
+    out[r * codes.cols + c] = fp8_to_float(codes(r, c)) * *scale_inv;
   }
 };
 }  // namespace detail
 
 // The FP8 GEMM (backend/gemm.hpp's contract) on cuBLASLt: both operands K-major
 // (cuBLASLt's "TN"), fp32 accumulation, the epilogue fused. Needs compute
-// capability 8.9+ (the policy check names the GPU otherwise). Where cuBLASLt
-// has no FP8 algorithm for a case (dimensions not multiples of 16, say), the
-// operands are decoded and descaled into fp32 scratch and take the fp32 path:
-// the same values up to the rounding of each descaled operand.
+// capability 8.9+ (the policy check names the GPU otherwise). cuBLASLt's FP8
+// table pairs an fp32 output with a bf16 bias only, which would round amp's
+// fp32 bias: there the product is written plain in fp32 and the epilogue
+// kernel finishes it in fp32. Where cuBLASLt has no FP8 algorithm for a case
+// (dimensions not multiples of 16, say), the operands are decoded and
+// descaled into fp32 scratch and take the fp32 path: the same values up to
+// the rounding of each descaled operand.
 template <class FA, class FB, class TC>
 void gemm_fp8(Context<cuda>& ctx, const Fp8Matrix<FA>& a, const Fp8Matrix<FB>& b, Matrix<TC> c,
               const GemmEpilogue<TC>& ep = {}) {
@@ -224,17 +247,27 @@ void gemm_fp8(Context<cuda>& ctx, const Fp8Matrix<FA>& a, const Fp8Matrix<FB>& b
   AMP_REQUIRE(major * 10 + minor >= 89, "gemm_fp8: GPU '", ctx.capability().name, "' has compute capability ", major,
               ".", minor, "; FP8 tensor cores need 8.9+ (Ada or Hopper)");
   ctx.count_launch();
-  if (detail::gemm_lt(ctx, a.codes, transpose::no, b.codes, transpose::yes, c, d, ep, static_cast<TC*>(nullptr),
-                      a.scale_inv, b.scale_inv))
-    return;
+  if (!std::is_same_v<TC, float> || ep.plain()) {
+    if (detail::gemm_lt(ctx, a.codes, transpose::no, b.codes, transpose::yes, c, d, ep, static_cast<TC*>(nullptr),
+                        a.scale_inv, b.scale_inv))
+      return;
+  } else {  // an fp32 output with a bias or an activation: the plain product, then the epilogue in fp32
+    float* z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(d.m * d.n));
+    if (detail::gemm_lt(ctx, a.codes, transpose::no, b.codes, transpose::yes, Matrix<float>(z, d.m, d.n, d.n), d,
+                        GemmEpilogue<float>{.alpha = ep.alpha}, static_cast<float*>(nullptr), a.scale_inv,
+                        b.scale_inv)) {
+      for_each_cell(ctx, d.m, d.n, detail::EpilogueOp<TC>{z, c.data, d.n, c.ld, ep});
+      return;
+    }
+  }
   float* fa = ctx.scratch<float>(scratch_slot::gemm_a, static_cast<std::size_t>(d.m * d.k));
   float* fb = ctx.scratch<float>(scratch_slot::gemm_b, static_cast<std::size_t>(d.n * d.k));
   float* z = ctx.scratch<float>(scratch_slot::gemm_c, static_cast<std::size_t>(d.m * d.n));
-  for_each(ctx, static_cast<std::size_t>(d.m * d.k), detail::Fp8DecodeOp<FA>{a.codes, a.scale_inv, fa});
-  for_each(ctx, static_cast<std::size_t>(d.n * d.k), detail::Fp8DecodeOp<FB>{b.codes, b.scale_inv, fb});
+  for_each_cell(ctx, d.m, d.k, detail::Fp8DecodeOp<FA>{a.codes, a.scale_inv, fa});
+  for_each_cell(ctx, d.n, d.k, detail::Fp8DecodeOp<FB>{b.codes, b.scale_inv, fb});
   gemm(ctx, Matrix<const float>(fa, d.m, d.k, d.k), transpose::no, Matrix<const float>(fb, d.n, d.k, d.k),
        transpose::yes, Matrix<float>(z, d.m, d.n, d.n), GemmEpilogue<float>{.alpha = ep.alpha});
-  for_each(ctx, static_cast<std::size_t>(d.m * d.n), detail::EpilogueOp<TC>{z, c.data, d.n, c.ld, ep});
+  for_each_cell(ctx, d.m, d.n, detail::EpilogueOp<TC>{z, c.data, d.n, c.ld, ep});
 }
 
 // C_i = alpha op(A_i) op(B_i) + beta C_i: one strided-batched cuBLAS call, fp32 accumulation.

@@ -40,6 +40,7 @@ struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;  // the heuristic's answer
   bool found = false;
 };
 
@@ -65,10 +66,11 @@ class LtPlans {
     make(p);
     if (!p.found)
       std::fprintf(stderr,
-                   "amp: cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM with epilogue %d (alignment %u/%u/%u "
-                   "bytes); it runs as a GEMM plus an epilogue kernel (logged once)\n",
+                   "amp: cuBLASLt has no algorithm for a %lldx%lldx%lld GEMM (types %d/%d/%d, epilogue %d, alignment "
+                   "%u/%u/%u bytes): %s; it takes the fallback (logged once)\n",
                    static_cast<long long>(key.m), static_cast<long long>(key.n), static_cast<long long>(key.k),
-                   key.epilogue, key.align_a, key.align_b, key.align_c);
+                   key.type_a, key.type_b, key.type_c, key.epilogue, key.align_a, key.align_b, key.align_c,
+                   p.status == CUBLAS_STATUS_SUCCESS ? "the heuristic found none" : cublasGetStatusName(p.status));
     return p;
   }
   std::size_t size() const { return plans_.size(); }

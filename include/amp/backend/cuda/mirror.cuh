@@ -16,32 +16,25 @@ class Mirror<T, cuda> {
   Mirror(const Mirror&) = delete;
   Mirror& operator=(const Mirror&) = delete;
   ~Mirror() {
-    cudaEventSynchronize(event_);
+    detail::report_in_destructor("cudaEventSynchronize", cudaEventSynchronize(event_));
     cudaEventDestroy(event_);
     ctx_->deallocate_pinned(pinned_);
   }
 
   void refresh(Context<cuda>& ctx, const T* src) {
     ctx.activate();
-    if (pending_ && cudaEventQuery(event_) == cudaSuccess) {
-      landed_ = *pinned_;
-      has_landed_ = true;
-      pending_ = false;
-    }
-    if (pending_) return;  // the previous copy is still in flight: keep it
+    const auto landed = [&] { return detail::cuda_ready(cudaEventQuery(event_), "cudaEventQuery (a mirror's copy)"); };
+    if (!slot_.take(landed, *pinned_)) return;  // the previous copy is still in flight: keep it
     AMP_CUDA_CHECK(cudaMemcpyAsync(pinned_, src, sizeof(T), cudaMemcpyDeviceToHost, ctx.stream()));  // pinned: async
     AMP_CUDA_CHECK(cudaEventRecord(event_, ctx.stream()));
-    pending_ = true;
   }
-  const T* latest() const { return has_landed_ ? &landed_ : nullptr; }
+  const T* latest() const { return slot_.latest(); }
 
  private:
   Context<cuda>* ctx_;
   T* pinned_ = nullptr;
   cudaEvent_t event_ = nullptr;
-  T landed_{};
-  bool pending_ = false;
-  bool has_landed_ = false;
+  detail::MirrorSlot<T> slot_;
 };
 
 }  // namespace amp

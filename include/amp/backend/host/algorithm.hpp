@@ -39,6 +39,26 @@ void for_each(Context<host>& ctx, std::size_t n, F f, std::size_t work_per_item 
 }
 
 namespace detail {
+template <class F>
+AMP_HOST_CLONES void for_each_cell_now(int threads, std::int64_t rows, std::int64_t cols, F f, std::int64_t work) {
+#pragma omp parallel for collapse(2) num_threads(threads) schedule(static) if (rows * cols * work >= host_parallel_threshold)
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) f(r, c);
+}
+}  // namespace detail
+
+// f(r, c) for every cell of a rows x cols grid (the GPU's twin divides no
+// index); work_per_item as for for_each.
+template <class F>
+void for_each_cell(Context<host>& ctx, std::int64_t rows, std::int64_t cols, F f, std::size_t work_per_item = 1) {
+  if (rows <= 0 || cols <= 0) return;
+  ctx.count_launch();
+  ctx.issue([threads = ctx.threads(), rows, cols, f, work = static_cast<std::int64_t>(work_per_item)] {
+    detail::for_each_cell_now(threads, rows, cols, f, work);
+  });
+}
+
+namespace detail {
 template <class Op>
 struct RowAsItem {
   Op op;

@@ -5,7 +5,8 @@
 // widened to fp32 once, K transposed so that a block's scores are one
 // vectorised loop over keys; backward recomputes each block's probabilities
 // from the saved log-sum-exp. Working memory per thread: a few [time x dim]
-// fp32 tiles, taken from the context's scratch at issue.
+// fp32 tiles, taken from the context's scratch at issue. Strided layouts
+// (AttentionShape) cost nothing extra: rows are read and written one at a time.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -47,14 +48,15 @@ inline std::size_t attention_tile_floats(const AttentionShape& s) {
                                   2 * attention_rows * attention_block);
 }
 
-// A head's [time x dim] rows widened to fp32, as rows [padded x dim] and/or
-// columns [dim x padded]; the padding is zeros, so whole blocks can be read.
+// A head's [time x dim] rows (`stride` values apart) widened to fp32, as rows
+// [padded x dim] and/or columns [dim x padded]; the padding is zeros, so whole
+// blocks can be read.
 template <class G>
-void widen(const G* from, std::int64_t time, std::int64_t dim, float* rows, float* cols) {
+void widen(const G* from, std::int64_t stride, std::int64_t time, std::int64_t dim, float* rows, float* cols) {
   const std::int64_t padded = attention_padded(time);
   for (std::int64_t r = 0; r < padded; ++r)
     for (std::int64_t c = 0; c < dim; ++c) {
-      const float v = r < time ? cast<float>(from[r * dim + c]) : 0.0f;
+      const float v = r < time ? cast<float>(from[r * stride + c]) : 0.0f;
       if (rows) rows[r * dim + c] = v;
       if (cols) cols[c * padded + r] = v;
     }
@@ -95,14 +97,16 @@ AMP_HOST_CLONES void attention_forward_head(const AttentionShape& s, std::int64_
                                             const G* v, O* out, float* lse, const Dropout& drop, std::uint64_t key,
                                             float* work) {
   constexpr std::int64_t B = attention_block;
-  const std::int64_t T = s.time, d = D > 0 ? D : s.dim, padded = attention_padded(T), base = h * T * d;
+  const std::int64_t T = s.time, d = D > 0 ? D : s.dim, padded = attention_padded(T);
+  const std::int64_t si = s.in_rows(), so = s.out_rows(), in = s.head_start(h, si);
+  O* const o = out + s.head_start(h, so);
   float* kt = work;            // K^T [dim x padded]
   float* vr = kt + padded * d;  // V [padded x dim]
-  widen(k + base, T, d, nullptr, kt);
-  widen(v + base, T, d, vr, nullptr);
+  widen(k + in, si, T, d, nullptr, kt);
+  widen(v + in, si, T, d, vr, nullptr);
   float qs[D > 0 ? D : fused_attention<host>::max_dim], acc[D > 0 ? D : fused_attention<host>::max_dim], w[B];
   for (std::int64_t t = 0; t < T; ++t) {
-    for (std::int64_t e = 0; e < d; ++e) qs[e] = s.alpha * cast<float>(q[base + t * d + e]), acc[e] = 0.0f;
+    for (std::int64_t e = 0; e < d; ++e) qs[e] = s.alpha * cast<float>(q[in + t * si + e]), acc[e] = 0.0f;
     float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
     for (std::int64_t j0 = 0; j0 <= t; j0 += B) {
       block_dots<D>(qs, kt, padded, j0, d, w);
@@ -126,7 +130,7 @@ AMP_HOST_CLONES void attention_forward_head(const AttentionShape& s, std::int64_
       block_weighted_rows<D>(w, vr, j0, n, d, acc);
     }
     const float inv = 1.0f / l;
-    for (std::int64_t e = 0; e < d; ++e) out[base + t * d + e] = cast<O>(acc[e] * inv);
+    for (std::int64_t e = 0; e < d; ++e) o[t * so + e] = cast<O>(acc[e] * inv);
     lse[h * T + t] = m + std::log(l);
   }
 }
@@ -139,7 +143,8 @@ AMP_HOST_CLONES void attention_backward_head(const AttentionShape& s, std::int64
                                              const G* v, const O* out, const float* lse, const G* dout, Dv* dq, Dv* dk,
                                              Dv* dv, const Dropout& drop, std::uint64_t key, float* work) {
   constexpr std::int64_t B = attention_block, R = attention_rows;
-  const std::int64_t T = s.time, d = D > 0 ? D : s.dim, padded = attention_padded(T), base = h * T * d;
+  const std::int64_t T = s.time, d = D > 0 ? D : s.dim, padded = attention_padded(T);
+  const std::int64_t si = s.in_rows(), so = s.out_rows(), in = s.head_start(h, si), at_out = s.head_start(h, so);
   float* kt = work;              // K^T, V^T [dim x padded]
   float* vt = kt + padded * d;
   float* kr = vt + padded * d;   // K, dK, dV [padded x dim]
@@ -150,8 +155,8 @@ AMP_HOST_CLONES void attention_backward_head(const AttentionShape& s, std::int64
   float* dqr = g + R * d;
   float* ds = dqr + R * d;       // its dS and dropout(P) [R x B]
   float* pd = ds + R * B;
-  widen(k + base, T, d, kr, kt);
-  widen(v + base, T, d, nullptr, vt);
+  widen(k + in, si, T, d, kr, kt);
+  widen(v + in, si, T, d, nullptr, vt);
   for (std::int64_t i = 0; i < padded * d; ++i) dkr[i] = 0.0f, dvr[i] = 0.0f;
   const float keep_scale = drop.p > 0.0f ? drop.keep_scale : 1.0f;
   float delta[R], dp[B];
@@ -160,8 +165,8 @@ AMP_HOST_CLONES void attention_backward_head(const AttentionShape& s, std::int64
     for (std::int64_t ii = 0; ii < rows; ++ii) {
       delta[ii] = 0.0f;  // sum_j P_j dP_j = dO . O
       for (std::int64_t e = 0; e < d; ++e) {
-        const std::int64_t at = base + (i0 + ii) * d + e;
-        qs[ii * d + e] = s.alpha * cast<float>(q[at]);
+        const std::int64_t at = at_out + (i0 + ii) * so + e;
+        qs[ii * d + e] = s.alpha * cast<float>(q[in + (i0 + ii) * si + e]);
         g[ii * d + e] = cast<float>(dout[at]);
         delta[ii] += g[ii * d + e] * cast<float>(out[at]);
         dqr[ii * d + e] = 0.0f;
@@ -199,9 +204,11 @@ AMP_HOST_CLONES void attention_backward_head(const AttentionShape& s, std::int64
       }
     }
     for (std::int64_t ii = 0; ii < rows; ++ii)
-      for (std::int64_t e = 0; e < d; ++e) dq[base + (i0 + ii) * d + e] = cast<Dv>(s.alpha * dqr[ii * d + e]);
+      for (std::int64_t e = 0; e < d; ++e) dq[in + (i0 + ii) * si + e] = cast<Dv>(s.alpha * dqr[ii * d + e]);
   }
-  for (std::int64_t i = 0; i < T * d; ++i) dk[base + i] = cast<Dv>(dkr[i]), dv[base + i] = cast<Dv>(dvr[i]);
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t e = 0; e < d; ++e)
+      dk[in + t * si + e] = cast<Dv>(dkr[t * d + e]), dv[in + t * si + e] = cast<Dv>(dvr[t * d + e]);
 }
 
 // f(integral_constant<int, D>): D the head dimension where a compiled-in size fits, else 0 (any, at run time).
@@ -269,14 +276,14 @@ struct AttentionBackwardHeads {
 };
 }  // namespace detail
 
-// O [heads x time x dim] in O's type and lse [heads x time] (fp32), overwritten.
+// O [heads x time x dim] (laid out as s says) in O's type and lse [heads x time] (fp32), overwritten.
 template <class G, class O, class Dropout>
 void attention_forward(Context<host>& ctx, const AttentionShape& s, const G* q, const G* k, const G* v, O* out,
                        float* lse, Dropout drop) {
   detail::attention_heads(ctx, s, detail::AttentionForwardHeads<G, O, Dropout>{s, q, k, v, out, lse, drop});
 }
 
-// dQ, dK, dV [heads x time x dim] in Dg's type, overwritten, from dO (in G),
+// dQ, dK, dV [heads x time x dim] (laid out as Q, K, V) in Dg's type, overwritten, from dO (in G),
 // the forward's O and lse, and the same Dropout.
 template <class G, class O, class Dg, class Dropout>
 void attention_backward(Context<host>& ctx, const AttentionShape& s, const G* q, const G* k, const G* v, const O* out,

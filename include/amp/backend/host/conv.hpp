@@ -164,7 +164,7 @@ struct OnednnConvDesc {
     check_conv(onednn::memory_desc_init_by_tag(&diff_src, 4, x, diff_src_type, v::nhwc), "source description", g);
     check_conv(onednn::memory_desc_init_by_tag(&dst, 4, y, type, v::nhwc), "output description", g);
     check_conv(onednn::memory_desc_init_by_tag(&weights, 4, w, type, v::any), "filter description", g);
-    check_conv(onednn::memory_desc_init_by_tag(&plain_weights, 4, w, type, v::oihw), "filter description", g);
+    check_conv(onednn::memory_desc_init_by_tag(&plain_weights, 4, w, type, v::ohwi), "filter description", g);
     check_conv(onednn::memory_desc_init_by_tag(&grad_weights, 4, w, v::f32, v::any), "filter description", g);
     check_conv(onednn::memory_desc_init_by_tag(&plain_grad_weights, 4, w, v::f32, v::oihw), "filter description", g);
     check_conv(onednn::memory_desc_init_by_tag(&bias, 1, b, type, v::x), "bias description", g);
@@ -267,7 +267,7 @@ inline const void* filter_for(OnednnState& state, OnednnPass& pass, const void* 
 
 }  // namespace detail
 
-// y = conv(x, w) + bias, y in T.
+// y = conv(x, w) + bias, y in T; w channels-last [K, kh, kw, C].
 template <class T>
 void conv_forward(Context<host>& ctx, const ConvGeometry& g, const T* x, const T* w, const T* bias, T* y) {
   auto& pass = detail::planned<T, T>(ctx, g, bias != nullptr, "conv_forward").forward;
@@ -287,7 +287,7 @@ void conv_forward(Context<host>& ctx, const ConvGeometry& g, const T* x, const T
   });
 }
 
-// dx = the input gradient of dy through w (overwritten, in D: T or fp32).
+// dx = the input gradient of dy through w [K, kh, kw, C] (overwritten, in D: T or fp32).
 template <class T, class D>
 void conv_backward_data(Context<host>& ctx, const ConvGeometry& g, const T* dy, const T* w, D* dx, bool has_bias) {
   auto& plan = detail::planned<T, D>(ctx, g, has_bias, "conv_backward_data");

@@ -60,7 +60,7 @@ inline constexpr int unimplemented = 3;  // dnnl_unimplemented
 inline constexpr int cpu = 1;          // dnnl_cpu
 inline constexpr unsigned in_order = 1;  // dnnl_stream_default_flags
 inline constexpr int f32 = 3, bf16 = 2;  // dnnl_data_type_t
-inline constexpr int any = 1, nhwc = 20, oihw = 5, x = 2;  // dnnl_format_tag_t
+inline constexpr int any = 1, nhwc = 20, ohwi = 20, oihw = 5, x = 2;  // dnnl_format_tag_t (nhwc, ohwi: acdb)
 inline constexpr int forward_training = 64, backward_data = 160, backward_weights = 192;  // dnnl_prop_kind_t
 inline constexpr int convolution_direct = 1;  // dnnl_alg_kind_t
 inline constexpr int scratchpad_user = 1;     // dnnl_scratchpad_mode_t
