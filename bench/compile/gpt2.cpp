@@ -20,7 +20,7 @@ int main() {
   constexpr std::int64_t batch = 8, context = 64;
   const nn::GPT2Config config{.vocab_size = 256, .n_positions = context, .n_layer = 2, .n_head = 4, .n_embd = 128};
   nn::Model<P, B, nn::GPT2<P, B>> model(ctx, {.max_batch = batch, .seed = 1}, config);
-  amp::optim::AdamW<P, B> opt(model.parameters(), {.lr = 3e-3f, .max_grad_norm = 1.0f});
+  amp::optim::AdamW<P, B> opt(model.parameters(), {.lr = 3e-3f}, {.max_grad_norm = 1.0f});
 
   std::mt19937 gen(1);
   std::vector<std::int32_t> ids(batch * context), targets(batch * context);

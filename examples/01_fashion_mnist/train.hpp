@@ -17,9 +17,10 @@
 #include <amp/io/safetensors.hpp>
 
 #include "01_fashion_mnist/job.hpp"
+#include "01_fashion_mnist/resume.hpp"
+#include "common/accuracy.hpp"
 #include "common/context.hpp"
 #include "common/distributed.hpp"
-#include "common/fp8_summary.hpp"
 #include "common/record.hpp"
 #include "common/run.hpp"
 
@@ -60,92 +61,7 @@ Cnn<P, B> make_cnn(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed,
                    {.in_features = 128, .out_features = classes, .init = torch_init});
 }
 
-// What a resumed run must agree on with the run that saved (the level may differ: a policy conversion).
-inline std::string resume_key(const Settings& s, std::int64_t train_images) {
-  std::ostringstream k;
-  k << "model=" << s.model << " optimizer=" << s.optimizer << " lr=" << s.lr << " schedule=" << s.schedule
-    << " epochs=" << (s.schedule == "cosine" ? s.epochs : 0) << " momentum=" << s.momentum
-    << " batch=" << s.batch << " seed=" << s.seed << " train_images=" << train_images;
-  return k.str();
-}
-
-// The run's own part of a checkpoint: where it stands and what it has logged.
-template <class Loader>
-amp::io::Archive run_state(const Settings& s, const LevelResult& r, const Loader& loader) {
-  using amp::io::dtype;
-  amp::io::Archive a;
-  a.put_text("settings", resume_key(s, loader.size()));
-  a.put_int64("epoch", std::vector<std::int64_t>{r.epochs.back().epoch, r.skipped});
-  const auto state = loader.state();
-  a.put_int64("loader.order", state.order);
-  a.put_text("loader.rng", state.rng);
-  std::vector<double> epochs;
-  for (const auto& e : r.epochs)
-    epochs.insert(epochs.end(), {double(e.epoch), e.seconds, e.train_loss, e.test_accuracy, double(e.skipped),
-                                 double(e.skipped_total), double(e.scale)});
-  a.put("log.epochs", dtype::fp64, {epochs.size()}, epochs.data(), epochs.size());
-  std::vector<float> loss, scale;
-  std::vector<std::int64_t> step_epoch, skipped;
-  for (const auto& l : r.steps) loss.push_back(l.loss), scale.push_back(l.scale), step_epoch.push_back(l.epoch),
-                                skipped.push_back(l.skipped);
-  a.put("log.loss", dtype::fp32, {loss.size()}, loss.data(), loss.size());
-  a.put("log.scale", dtype::fp32, {scale.size()}, scale.data(), scale.size());
-  a.put_int64("log.epoch", step_epoch);
-  a.put_int64("log.skipped", skipped);
-  return a;
-}
-
-// Restores run_state() into the logs and the loader's order and generator; returns the last finished epoch.
-inline int restore_run(const Settings& s, const amp::io::Archive& a, LevelResult& r, std::int64_t train_images,
-                       std::vector<std::int64_t>& order, std::string& rng) {
-  const auto need = [&](const char* name) -> const amp::io::Record* {
-    const amp::io::Record* rec = a.find(name);
-    AMP_REQUIRE(rec, "--resume '", s.resume, "' is not a fashion_mnist checkpoint (no ", name, ")");
-    return rec;
-  };
-  const std::string saved = need("settings")->text(), now = resume_key(s, train_images);
-  AMP_REQUIRE(saved == now, "--resume '", s.resume, "' was saved with ", saved, "; this run has ", now);
-  const auto epoch = need("epoch")->values<std::int64_t>();
-  order = need("loader.order")->values<std::int64_t>();
-  rng = need("loader.rng")->text();
-  const auto epochs = need("log.epochs")->values<double>();
-  const auto loss = need("log.loss")->values<float>(), scale = need("log.scale")->values<float>();
-  const auto step_epoch = need("log.epoch")->values<std::int64_t>(), skipped = need("log.skipped")->values<std::int64_t>();
-  AMP_REQUIRE(epoch.size() == 2 && epochs.size() == 7 * static_cast<std::size_t>(epoch[0]) && scale.size() == loss.size() &&
-                  step_epoch.size() == loss.size() && skipped.size() == loss.size(),
-              "--resume '", s.resume, "': its logs do not fit together");
-  for (std::size_t i = 0; i < epochs.size(); i += 7)
-    r.epochs.push_back({int(epochs[i]), epochs[i + 1], epochs[i + 2], epochs[i + 3], (long long)epochs[i + 4],
-                        (long long)epochs[i + 5], float(epochs[i + 6])});
-  for (std::size_t i = 0; i < loss.size(); ++i) r.steps.push_back({int(step_epoch[i]), loss[i], scale[i], int(skipped[i])});
-  r.skipped = epoch[1];
-  return static_cast<int>(epoch[0]);
-}
-
-using examples::StepRecord;
-
-// Test accuracy: argmax of the logits, on the host, in evaluation mode.
-template <class Model, amp::Backend B, class Loader>
-double accuracy(amp::Context<B>& ctx, Model& model, Loader& test_data, std::vector<std::int32_t>* predictions = nullptr) {
-  model.eval();
-  std::int64_t correct = 0;
-  if (predictions) predictions->clear();
-  for (std::int64_t b = 0; b < test_data.batches(); ++b) {
-    const auto batch = test_data.batch(b);
-    const auto out = model.forward(ctx, batch.x);
-    const auto logits = amp::download(ctx, out.value().span());
-    const auto labels = amp::download(ctx, batch.labels);
-    for (std::int64_t row = 0; row < out.rows(); ++row) {
-      std::int64_t best = 0;
-      for (std::int64_t c = 1; c < classes; ++c)
-        if (amp::cast<float>(logits[row * classes + c]) > amp::cast<float>(logits[row * classes + best])) best = c;
-      correct += best == labels[static_cast<std::size_t>(row)];
-      if (predictions) predictions->push_back(static_cast<std::int32_t>(best));
-    }
-  }
-  model.train();
-  return static_cast<double>(correct) / static_cast<double>(test_data.size());
-}
+using examples::StepFigures;
 
 inline void progress(const Settings& s, const std::string& level, int epoch, std::int64_t b, std::int64_t batches,
                      double seconds, float loss, float scale) {
@@ -175,16 +91,42 @@ std::vector<ParamRow> parameter_rows(const amp::nn::ParameterStore<P, B>& store)
   return rows;
 }
 
+// An epoch's step records into the result's logs, its test accuracy, and its line on the console.
+template <amp::Backend B, class Model, class Loader>
+void close_epoch(amp::Context<B>& ctx, Model& model, Loader& test_data, const Settings& s, int epoch, double secs,
+                 std::int64_t samples, const std::vector<StepFigures>& recs, LevelResult& r) {
+  double loss_sum = 0;
+  for (std::size_t i = 0; i < recs.size(); ++i) {
+    const long long before = i ? recs[i - 1].skipped : r.skipped;
+    r.steps.push_back({epoch, recs[i].loss, recs[i].scale, static_cast<int>(recs[i].skipped - before)});
+    loss_sum += recs[i].loss;
+  }
+  const EpochLog e{epoch, secs, loss_sum / static_cast<double>(recs.size()),
+                   examples::accuracy(ctx, model, test_data, &r.predictions), recs.back().skipped - r.skipped,
+                   recs.back().skipped, recs.back().scale};
+  r.epochs.push_back(e);
+  r.skipped = e.skipped_total;
+  if (dist.leader())
+    std::printf("%s  %-7s %2d/%-2d %6.2f s %7.0f/s loss %.4f acc %.4f skipped %lld (total %lld)%s\n", s.tty ? "\r" : "",
+                r.level.c_str(), epoch, s.epochs, secs, samples / secs, e.train_loss, e.test_accuracy, e.skipped,
+                e.skipped_total, s.tty ? "   " : "");
+  std::fflush(stdout);
+}
+
+// The optimizer the flags ask for, on the model's parameters.
+template <class Opt, class Model>
+Opt make_optimizer(Model& model, const Settings& s) {
+  if constexpr (std::is_same_v<Opt, amp::optim::SGD<typename Opt::policy, typename Opt::backend>>)
+    return Opt(model.parameters(), {.lr = s.lr, .momentum = s.momentum});
+  else
+    return Opt(model.parameters(), {.lr = s.lr});
+}
+
 template <amp::Policy P, amp::Backend B, class Opt, class Model>
 LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledImages& train_set,
                   const amp::data::LabelledImages& test_set, const Settings& s, amp::Collective<B>* comm) {
   namespace nn = amp::nn;
-  Opt opt = [&] {
-    if constexpr (std::is_same_v<Opt, amp::optim::SGD<P, B>>)
-      return Opt(model.parameters(), {.lr = s.lr, .momentum = s.momentum});
-    else
-      return Opt(model.parameters(), {.lr = s.lr});
-  }();
+  Opt opt = make_optimizer<Opt>(model, s);
 #if defined(AMP_EXAMPLE_PARALLEL)
   // Rank 0's weights to every rank (--zero 1: every rank starts alike); gradients summed over the ranks before
   // each step's check (--zero 1: each rank's shard to it, its masters and moments stepped there, then gathered).
@@ -231,10 +173,7 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
         auto step = [&, x = batch.x, labels = batch.labels] {
           auto loss = nn::cross_entropy(ctx, model.forward(ctx, x), labels);
           opt.zero_grad();
-          {
-            auto scaled = amp::scale_loss(loss, opt);
-            scaled.backward();
-          }
+          amp::scale_loss(loss, opt).backward();
           opt.step();
           records.record(ctx, loss, opt);
         };
@@ -243,47 +182,24 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
         else graph.emplace(ctx, step);  // this batch's eager step, then the capture
       });
       if (s.tty && dist.leader() && (b % 25 == 0 || b + 1 == train_data.batches()))
-        if (const StepRecord* rec = records.newest(ctx))
+        if (const StepFigures* rec = records.newest(ctx))
           progress(s, r.level, epoch, b, train_data.batches(),
                    std::chrono::duration<double>(Clock::now() - start).count(), rec->loss, rec->scale);
     }
     ctx.synchronize();
-    const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-    epoch_times.push_back(secs);
-    const auto recs = records.download(ctx, static_cast<std::size_t>(train_data.batches()));
-    double loss_sum = 0;
-    for (std::size_t i = 0; i < recs.size(); ++i) {
-      const long long before = i ? recs[i - 1].skipped : r.skipped;
-      r.steps.push_back({epoch, recs[i].loss, recs[i].scale, static_cast<int>(recs[i].skipped - before)});
-      loss_sum += recs[i].loss;
-    }
-    const EpochLog e{epoch, secs, loss_sum / static_cast<double>(recs.size()),
-                     accuracy(ctx, model, test_data, &r.predictions), recs.back().skipped - r.skipped,
-                     recs.back().skipped, recs.back().scale};
-    r.epochs.push_back(e);
-    r.skipped = e.skipped_total;
-    if (dist.leader())
-      std::printf("%s  %-7s %2d/%-2d %6.2f s %7.0f/s loss %.4f acc %.4f skipped %lld (total %lld)%s\n",
-                s.tty ? "\r" : "", r.level.c_str(), epoch, s.epochs, secs, train_data.size() / secs, e.train_loss,
-                e.test_accuracy, e.skipped, e.skipped_total, s.tty ? "   " : "");
-    std::fflush(stdout);
+    epoch_times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    close_epoch(ctx, model, test_data, s, epoch, epoch_times.back(), train_data.size(),
+                records.download(ctx, static_cast<std::size_t>(train_data.batches())), r);
     if (!s.save.empty() && (dist.leader() || s.zero)) amp::io::save(s.save, model, opt, run_state(s, r, train_data));
   }
   if (!s.export_to.empty() && (dist.leader() || s.zero)) amp::io::export_safetensors(s.export_to, model.parameters());
-  r.host_syncs_in_loop = loop.syncs(), r.allocations_in_loop = loop.allocations();
-  r.pageable_copies_in_loop = loop.pageable_copies();
-  r.launches_per_step = graph ? static_cast<long long>(graph->launches_per_step()) : loop.launches();
-  r.graph_nodes = graph ? static_cast<long long>(graph->graph_nodes()) : 0;
+  examples::report_run(r, loop, graph, ctx, model.parameters());
   r.accuracy = r.epochs.back().test_accuracy;
   std::sort(epoch_times.begin(), epoch_times.end());
   r.epoch_seconds = epoch_times[epoch_times.size() / 2];
   r.step_ms = 1e3 * r.epoch_seconds / static_cast<double>(train_data.batches());
   r.samples_per_second = static_cast<double>(train_data.size()) / r.epoch_seconds;
-  for (int k = 0; k < static_cast<int>(amp::memory_kind::count); ++k)
-    r.peak[k] = ctx.memory().peak(static_cast<amp::memory_kind>(k));
-  r.peak_total = ctx.memory().peak_total();
   r.final_scale = r.epochs.back().scale;
-  r.fp8 = examples::fp8_summary(model.parameters());
   r.finished = true;
   return r;
 }

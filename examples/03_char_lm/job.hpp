@@ -14,7 +14,7 @@
 #include <amp/policy.hpp>
 
 #include "common/fp8.hpp"
-#include "common/step_record.hpp"
+#include "common/step_figures.hpp"
 
 namespace char_lm {
 
@@ -110,7 +110,7 @@ struct LevelResult {
   double step_ms = 0;         // training time per step
   float final_scale = 0;
   std::vector<Evaluation> evaluations;
-  std::vector<examples::StepRecord> steps;
+  std::vector<examples::StepFigures> steps;
   std::string sample;
   examples::Fp8Summary fp8;  // FP8 levels: layers and final scales
 };

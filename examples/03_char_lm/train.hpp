@@ -16,7 +16,6 @@
 #include "03_char_lm/job.hpp"
 #include "common/context.hpp"
 #include "common/distributed.hpp"
-#include "common/fp8_summary.hpp"
 #include "common/record.hpp"
 #include "common/run.hpp"
 
@@ -25,7 +24,7 @@ namespace char_lm {
 namespace nn = amp::nn;
 using Clock = std::chrono::steady_clock;
 using examples::dist;
-using examples::StepRecord;
+using examples::StepFigures;
 
 // The model and the sampling as amp names them.
 inline nn::GPT2Config gpt2_config(const ModelShape& m) {
@@ -40,7 +39,7 @@ inline nn::Sampling sampling(const SamplingFlags& f) {
 
 // The start of training window i: splitmix64 of (seed, i), so any program can replay the order.
 inline std::int64_t window_start(std::uint64_t seed, std::int64_t i, std::int64_t limit) {
-  return static_cast<std::int64_t>(amp::nn::detail::mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(i)) %
+  return static_cast<std::int64_t>(amp::nn::mix64(seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(i)) %
                                    static_cast<std::uint64_t>(limit));
 }
 
@@ -127,6 +126,33 @@ inline std::int64_t check_extras(const amp::io::Archive& a, const Settings& s, c
   return step[0];
 }
 
+// Ctrl-C between steps: a checkpoint of the steps done, if asked for. (Under
+// --zero 1 a save takes every rank, which a signal does not reach at one step:
+// the last periodic one stands.)
+template <class Model, class Opt>
+void save_interrupted(const Settings& s, const Corpus& c, Model& model, Opt& opt, std::int64_t step, std::int64_t first) {
+  if (s.save.empty() || step == first || !dist.leader() || s.zero) return;
+  amp::io::save(s.save, model, opt, checkpoint_extras(s, c, step));
+  std::printf("\ninterrupted: saved %s at step %lld (--resume continues from it)\n", s.save.c_str(),
+              static_cast<long long>(step));
+}
+
+inline void progress(const Settings& s, const std::string& level, std::int64_t step, double tokens_per_second,
+                     const StepFigures& rec) {
+  std::printf("\r  %-7s step %5lld/%-5lld %7.0f tok/s loss %.4f scale %-8g", level.c_str(),
+              static_cast<long long>(step + 1), static_cast<long long>(s.steps), tokens_per_second, rec.loss, rec.scale);
+  std::fflush(stdout);
+}
+
+inline void log_evaluation(const Settings& s, const std::string& level, std::int64_t step, double val,
+                           double tokens_per_second) {
+  if (dist.leader())
+    std::printf("%s  %-7s step %5lld/%-5lld val loss %.4f (ppl %.2f) %7.0f tok/s%s\n", s.tty ? "\r" : "", level.c_str(),
+                static_cast<long long>(step + 1), static_cast<long long>(s.steps), val, std::exp(val), tokens_per_second,
+                s.tty ? "          " : "");
+  std::fflush(stdout);
+}
+
 template <amp::Policy P, amp::Backend B>
 LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, amp::Collective<B>* comm) {
   LevelResult r;
@@ -139,8 +165,8 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, 
       ctx, {.max_batch = s.batch, .seed = s.seed, .dropout_seed = dropout_seed, .fused_loss = s.fused_loss, .shard = shard},
       gpt2_config(s.model));
   // AdamW as GPT-2 trains: no decay on biases and norms, warm-up then cosine, clipping.
-  amp::optim::AdamW<P, B> opt(model.parameters(),
-                              {.lr = s.lr, .beta2 = 0.99f, .weight_decay = s.weight_decay, .max_grad_norm = s.clip,
+  amp::optim::AdamW<P, B> opt(model.parameters(), {.lr = s.lr, .beta2 = 0.99f, .weight_decay = s.weight_decay},
+                              {.max_grad_norm = s.clip,
                                .groups = {{.select = amp::optim::select::no_decay, .lr = {}, .weight_decay = 0.0f}}});
   opt.set_schedule(amp::optim::LinearWarmup<amp::optim::CosineLR>{
       s.warmup, {s.lr, std::max<std::int64_t>(1, s.steps - s.warmup), s.min_lr}});
@@ -187,15 +213,7 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, 
   auto start = Clock::now();
   double interval = 0;  // training seconds since the last evaluation
   for (std::int64_t step = first; step < s.steps; ++step) {
-    if (examples::interrupted()) {  // between steps: a checkpoint of the steps done, if asked for
-      // (Under --zero 1 a save takes every rank, which a signal does not reach at one step: the last periodic one stands.)
-      if (!s.save.empty() && step > first && dist.leader() && !s.zero) {
-        amp::io::save(s.save, model, opt, checkpoint_extras(s, c, step));
-        std::printf("\ninterrupted: saved %s at step %lld (--resume continues from it)\n", s.save.c_str(),
-                    static_cast<long long>(step));
-      }
-      return r;
-    }
+    if (examples::interrupted()) return save_interrupted(s, c, model, opt, step, first), r;
     loop.step(ctx, [&] {
       fill_batch(s, c.train, step, true, stage_ids.next().data, stage_targets.next().data);
       stage_ids.upload(ids.span(), tokens);
@@ -206,13 +224,10 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, 
     });
     const bool eval_now = (step + 1) % s.eval_interval == 0 || step + 1 == s.steps;
     const bool save_now = !s.save.empty() && ((step + 1) % s.save_interval == 0 || step + 1 == s.steps);
-    const StepRecord* rec = s.tty && dist.leader() && (step % 10 == 0 || eval_now) ? records.newest(ctx) : nullptr;
+    const StepFigures* rec = s.tty && dist.leader() && (step % 10 == 0 || eval_now) ? records.newest(ctx) : nullptr;
     if (rec) {
       const double secs = train_seconds + std::chrono::duration<double>(Clock::now() - start).count();
-      std::printf("\r  %-7s step %5lld/%-5lld %7.0f tok/s loss %.4f scale %-8g", r.level.c_str(),
-                  static_cast<long long>(step + 1), static_cast<long long>(s.steps),
-                  static_cast<double>((step + 1 - first) * tokens * dist.ranks) / secs, rec->loss, rec->scale);
-      std::fflush(stdout);
+      progress(s, r.level, step, static_cast<double>((step + 1 - first) * tokens * dist.ranks) / secs, *rec);
     }
     if (eval_now || save_now) {  // the clock stops for evaluations and checkpoints
       ctx.synchronize();
@@ -225,21 +240,13 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, 
       const double val = validation_loss(ctx, model, s, c, ids, targets);
       r.evaluations.push_back({step + 1, val, interval});
       interval = 0;
-      if (dist.leader())
-        std::printf("%s  %-7s step %5lld/%-5lld val loss %.4f (ppl %.2f) %7.0f tok/s%s\n", s.tty ? "\r" : "",
-                    r.level.c_str(), static_cast<long long>(step + 1), static_cast<long long>(s.steps), val,
-                    std::exp(val), static_cast<double>((step + 1 - first) * tokens * dist.ranks) / train_seconds,
-                    s.tty ? "          " : "");
-      std::fflush(stdout);
+      log_evaluation(s, r.level, step, val, static_cast<double>((step + 1 - first) * tokens * dist.ranks) / train_seconds);
     }
     // --zero 1: every rank saves (the shards gather on rank 0, which writes).
     if (save_now && (dist.leader() || s.zero)) amp::io::save(s.save, model, opt, checkpoint_extras(s, c, step + 1));
     if (eval_now || save_now) start = Clock::now();
   }
-  r.host_syncs_in_loop = loop.syncs(), r.allocations_in_loop = loop.allocations();
-  r.pageable_copies_in_loop = loop.pageable_copies();
-  r.launches_per_step = graph ? static_cast<long long>(graph->launches_per_step()) : loop.launches();
-  r.graph_nodes = graph ? static_cast<long long>(graph->graph_nodes()) : 0;
+  examples::report_run(r, loop, graph, ctx, model.parameters());
   r.step_ms = 1e3 * train_seconds / static_cast<double>(count);
   r.steps = records.download(ctx, static_cast<std::size_t>(count));
   const std::size_t tail = std::min<std::size_t>(r.steps.size(), static_cast<std::size_t>(s.eval_interval));
@@ -250,10 +257,6 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, 
   r.interval_seconds = intervals[intervals.size() / 2];
   r.skipped = r.steps.back().skipped;
   r.final_scale = r.steps.back().scale;
-  for (int k = 0; k < static_cast<int>(amp::memory_kind::count); ++k)
-    r.peak[k] = ctx.memory().peak(static_cast<amp::memory_kind>(k));
-  r.peak_total = ctx.memory().peak_total();
-  r.fp8 = examples::fp8_summary(model.parameters());
   if (!s.export_to.empty() && (dist.leader() || s.zero))
     amp::io::export_safetensors(s.export_to, model.parameters(), amp::io::dtype::fp32, amp::io::hf_layout(model.net()));
   if (s.sample > 0 && dist.leader()) r.sample = sample_text(model, s, c, s.sample, false);

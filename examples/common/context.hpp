@@ -31,9 +31,7 @@ decltype(auto) with_context(int threads, Fn&& fn) {
 template <amp::Backend B>
 std::string device_details(amp::Context<B>& ctx) {
   if constexpr (std::is_same_v<B, amp::host>) {
-    const auto& cpu = amp::detail::host_cpu();
-    return cpu.name + "; oneDNN " + amp::detail::onednn::version_string() + " " + amp::detail::onednn::isa_name() +
-           " kernels; fp16 conversions " + (cpu.avx512f ? "AVX-512" : cpu.f16c ? "F16C" : "software");
+    return amp::host_details();
   } else {
     const auto& cap = ctx.capability();
     return cap.name + " (compute capability " + std::to_string(cap.major) + "." + std::to_string(cap.minor) + ")";

@@ -6,26 +6,28 @@
 // console's progress reads a lagging mirror of the newest: the training loop
 // never waits for the device.
 #include <cstdio>
+#include <optional>
 
 #include <amp/amp.hpp>
 
-#include "common/step_record.hpp"
+#include "common/fp8_summary.hpp"
+#include "common/step_figures.hpp"
 
 namespace examples {
 
 struct RecordState {
   long long next;   // the slot the next step writes
-  StepRecord last;  // the newest record, what the progress line shows
+  StepFigures last;  // the newest record, what the progress line shows
 };
 
 struct RecordStepOp {
-  StepRecord* slots;
+  StepFigures* slots;
   long long capacity;
   RecordState* state;
   const amp::nn::LossValue* loss;
   const amp::ScalerState* scaler;
   AMP_HOST_DEVICE void operator()(std::size_t) const {
-    const StepRecord r{loss->value, scaler->scale, scaler->skipped};
+    const StepFigures r{loss->value, scaler->scale, scaler->skipped};
     state->last = r;
     if (state->next < capacity) slots[state->next++] = r;
   }
@@ -47,11 +49,11 @@ class StepRecords {
                                        loss.value_ptr(), opt.scaler().state_ptr()});
   }
   // The first n records (a sync).
-  std::vector<StepRecord> download(amp::Context<B>& ctx, std::size_t n) const {
-    return amp::download(ctx, amp::Span<const StepRecord>(slots_.data(), n));
+  std::vector<StepFigures> download(amp::Context<B>& ctx, std::size_t n) const {
+    return amp::download(ctx, amp::Span<const StepFigures>(slots_.data(), n));
   }
   // The newest record whose copy has landed, or nullptr (no sync: it lags a step or two on a GPU).
-  const StepRecord* newest(amp::Context<B>& ctx) {
+  const StepFigures* newest(amp::Context<B>& ctx) {
     newest_.refresh(ctx, state_.data());
     const RecordState* s = newest_.latest();
     return s && s->next > 0 ? &s->last : nullptr;
@@ -59,7 +61,7 @@ class StepRecords {
 
  private:
   static constexpr RecordState start_{0, {0.0f, 0.0f, 0}};
-  amp::Buffer<StepRecord, B> slots_;
+  amp::Buffer<StepFigures, B> slots_;
   amp::Buffer<RecordState, B> state_;
   amp::Mirror<RecordState, B> newest_;
 };
@@ -89,5 +91,21 @@ class LoopCounters {
  private:
   std::size_t steps_ = 0, syncs_ = 0, allocations_ = 0, pageable_ = 0, launches_ = 0;
 };
+
+// What every example reports of a finished run besides its losses: the
+// loop's host work (a captured step's launches and graph nodes when the loop
+// replayed one), the peak memory by kind, the FP8 layers. R: its LevelResult.
+template <class R, amp::Backend B, class Store>
+void report_run(R& r, const LoopCounters& loop, const std::optional<amp::CapturedStep<B>>& graph,
+                const amp::Context<B>& ctx, const Store& params) {
+  r.host_syncs_in_loop = loop.syncs(), r.allocations_in_loop = loop.allocations();
+  r.pageable_copies_in_loop = loop.pageable_copies();
+  r.launches_per_step = graph ? static_cast<long long>(graph->launches_per_step()) : loop.launches();
+  r.graph_nodes = graph ? static_cast<long long>(graph->graph_nodes()) : 0;
+  for (int k = 0; k < static_cast<int>(amp::memory_kind::count); ++k)
+    r.peak[k] = ctx.memory().peak(static_cast<amp::memory_kind>(k));
+  r.peak_total = ctx.memory().peak_total();
+  r.fp8 = fp8_summary(params);
+}
 
 }  // namespace examples

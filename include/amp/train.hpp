@@ -1,10 +1,10 @@
 #pragma once
-// The scaled-loss scope, Apex's three lines in C++:
+// The scaled loss, Apex's three lines in C++:
 //   opt.zero_grad();
-//   { auto scaled = amp::scale_loss(loss, opt); scaled.backward(); }  // loss x scale, back-propagated
-//   opt.step();                            // check, unscale, step (skipped on the device on overflow), update
-// Unscaling is fused into the optimizer's step; nothing here waits for the device.
-// The explicit PyTorch form: auto s = scaler.scale(loss); s.backward();
+//   amp::scale_loss(loss, opt).backward();  // loss x scale, back-propagated
+//   opt.step();                             // check, update (skipped on the device on overflow), scale update
+// The check runs in the step, not at the end of a scope; nothing here waits
+// for the device. The explicit PyTorch form: scaler.scale(loss).backward();
 // scaler.unscale(opt) (optional); scaler.step(opt); scaler.update().
 #include "amp/nn/loss.hpp"
 #include "amp/scaling/loss_scaler.hpp"

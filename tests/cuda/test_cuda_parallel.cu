@@ -102,10 +102,11 @@ TEST_CASE_TEMPLATE("NCCL ZeRO-1 on the GPU steps as data parallel without it", P
   }
   parallel::NcclCommunicator nccl(*world, ctx);
   using AdamW = optim::AdamW<P, amp::cuda>;
-  const optim::AdamOptions options{.lr = 0.01f, .weight_decay = 0.1f, .max_grad_norm = 0.05f};
+  const optim::AdamOptions options{.lr = 0.01f, .weight_decay = 0.1f};
+  const optim::StepOptions step{.max_grad_norm = 0.05f};
   auto zero = make_net<P>(ctx, &nccl, {world->rank(), world->size()});
   auto plain = make_net<P>(ctx, &nccl);
-  AdamW zopt(zero.parameters(), options), popt(plain.parameters(), options);
+  AdamW zopt(zero.parameters(), options, step), popt(plain.parameters(), options, step);
   parallel::DataParallel zddp(nccl, zopt, {.bucket_bytes = 256, .zero = 1});
   parallel::DataParallel pddp(nccl, popt, {.bucket_bytes = 256});
   train_steps(ctx, zero, zopt, 6);

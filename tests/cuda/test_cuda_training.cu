@@ -208,14 +208,17 @@ TEST_CASE("cuda: growth after the window, floor, and the divergence error from t
   Context<amp::cuda> ctx;
   ParamFixture<amp::O1Policy, amp::cuda> f(ctx, {0.0f});
   amp::optim::SGD<amp::O1Policy, amp::cuda> opt(
-      *f.params, {.lr = 0.0f}, {.init_scale = 4.0f, .growth_interval = 3, .min_scale = 1.0f, .max_consecutive_skips = 4});
-  f.set_grads({1.0f});
-  for (int i = 0; i < 3; ++i) opt.step();
+      *f.params, {.lr = 0.0f},
+      {.scaler = amp::ScalerConfig{.init_scale = 4.0f, .growth_interval = 3, .min_scale = 1.0f, .max_consecutive_skips = 4}});
+  for (int i = 0; i < 3; ++i) {  // each step its own (clean) gradients
+    f.set_grads({1.0f});
+    opt.step();
+  }
   CHECK(opt.scaler().stats().scale == 8.0f);
-  f.set_grads({std::numeric_limits<float>::quiet_NaN()});
   bool diverged = false;
   for (int i = 0; i < 20 && !diverged; ++i) {
     try {
+      f.set_grads({std::numeric_limits<float>::quiet_NaN()});
       opt.step();
       ctx.synchronize();
     } catch (const amp::Error& e) {

@@ -45,14 +45,22 @@ auto lm_options() {
   if constexpr (std::is_same_v<Opt<amp::O0Policy, amp::host>, amp::optim::LAMB<amp::O0Policy, amp::host>>)
     return amp::optim::LambOptions{.lr = 0.01f};
   else
-    return amp::optim::AdamOptions{.lr = 0.01f, .weight_decay = 0.1f, .max_grad_norm = 1.0f};
+    return amp::optim::AdamOptions{.lr = 0.01f, .weight_decay = 0.1f};
+}
+// AdamW clips by the global norm; LAMB's pre-normalisation is its own option (LambOptions::max_grad_norm).
+template <template <class, class> class Opt>
+amp::optim::StepOptions lm_step_options() {
+  if constexpr (std::is_same_v<Opt<amp::O0Policy, amp::host>, amp::optim::LAMB<amp::O0Policy, amp::host>>)
+    return {};
+  else
+    return {.max_grad_norm = 1.0f};
 }
 
 template <template <class, class> class Opt = amp::optim::AdamW, class Model, class B>
 std::vector<float> train_lm(Model& model, Context<B>& ctx, const std::vector<std::int32_t>& ids,
                             const std::vector<std::int32_t>& targets, bool fused = false) {
   using P = typename Model::policy;
-  Opt<P, B> opt(model.parameters(), lm_options<Opt>());
+  Opt<P, B> opt(model.parameters(), lm_options<Opt>(), lm_step_options<Opt>());
   amp::Buffer<std::int32_t, B> di(ctx, ids.size(), amp::memory_kind::data), dt(ctx, targets.size(), amp::memory_kind::data);
   amp::upload(ctx, di.span(), ids);
   amp::upload(ctx, dt.span(), targets);

@@ -121,8 +121,11 @@ TEST_CASE("rates set between replays reach the replayed step: set_lr, a schedule
   Context<host> ctx;
   ParamFixture<O0Policy, host> f(ctx, {0.0f});
   optim::SGD<O0Policy, host> opt(*f.params, {.lr = 1.0f});
-  f.set_grads({1.0f});  // they stay: each step subtracts its rate
-  CapturedStep step(ctx, [&] { opt.step(); });  // step 0, rate 1
+  // Each step's gradient is 1, written on the device (a step needs new gradients): it subtracts its rate.
+  CapturedStep step(ctx, [&] {
+    fill(ctx, f.params->grads(f.w), 1.0f);
+    opt.step();
+  });                                            // step 0, rate 1
   step.replay();                                 // step 1, rate 1
   opt.set_lr(0.5f);
   step.replay();                                 // step 2, 0.5

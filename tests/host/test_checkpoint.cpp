@@ -97,18 +97,18 @@ TEST_CASE_TEMPLATE("checkpoints: k steps, save, load into a fresh model, N-k ste
   const std::string path = temp_path("resume.ckpt");
   Context<host> ctx;
   auto straight = make_net<P>(ctx, 7);
-  Opt<P> straight_opt(straight.parameters(), {.lr = 0.01f}, kScaler);
+  Opt<P> straight_opt(straight.parameters(), {.lr = 0.01f}, {.scaler = kScaler});
   train<P>(ctx, straight, straight_opt, 0, 8);
 
   auto first = make_net<P>(ctx, 7);
-  Opt<P> first_opt(first.parameters(), {.lr = 0.01f}, kScaler);
+  Opt<P> first_opt(first.parameters(), {.lr = 0.01f}, {.scaler = kScaler});
   train<P>(ctx, first, first_opt, 0, 5);
   io::Archive extra;
   extra.put_int64("epoch", {4});
   io::save(path, first, first_opt, extra);
 
   auto resumed = make_net<P>(ctx, 7);  // same seed: dropout masks follow the seed and the forward count
-  Opt<P> resumed_opt(resumed.parameters(), {.lr = 0.01f}, kScaler);
+  Opt<P> resumed_opt(resumed.parameters(), {.lr = 0.01f}, {.scaler = kScaler});
   const io::Archive back = io::load(path, resumed, resumed_opt);
   CHECK(back.find("epoch")->values<std::int64_t>() == std::vector<std::int64_t>{4});
   CHECK(state_bytes(ctx, resumed, resumed_opt) == state_bytes(ctx, first, first_opt));

@@ -171,7 +171,8 @@ TEST_CASE_TEMPLATE("training with the fused loss: the three-line steps equal cro
   LmModel<P, head::tied> fused(ctx, {.max_batch = kBatch, .seed = 5, .fused_loss = true});
   ScalerConfig cfg = default_scaler_config<P>();
   cfg.growth_interval = 2;  // the scale changes under the steps: the forward reads it on the device each time
-  optim::Adam<P, host> plain_opt(plain.parameters(), {.lr = 1e-2f}, cfg), fused_opt(fused.parameters(), {.lr = 1e-2f}, cfg);
+  optim::Adam<P, host> plain_opt(plain.parameters(), {.lr = 1e-2f}, {.scaler = cfg}),
+      fused_opt(fused.parameters(), {.lr = 1e-2f}, {.scaler = cfg});
   float first = 0, last = 0;
   for (int step = 0; step < 10; ++step) {
     CAPTURE(step);

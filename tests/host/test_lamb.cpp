@@ -101,8 +101,7 @@ TEST_CASE("LAMB matches Apex FusedLAMB's steps in FP64: trust ratios per tensor,
     CAPTURE(c.what);
     Context<host> ctx;
     Params<O0Policy> ps(ctx);
-    optim::LambOptions o = c.o;
-    o.groups = {{optim::select::prefix("bias"), std::nullopt, 0.0f}};
+    const optim::LambOptions o = c.o;
     Reference ref{o, {}, {}, {}, {}};
     for (std::size_t k = 0; k < sizes.size(); ++k) {
       std::vector<float> init;
@@ -112,7 +111,7 @@ TEST_CASE("LAMB matches Apex FusedLAMB's steps in FP64: trust ratios per tensor,
       ref.m.emplace_back(init.size(), 0.0), ref.v.emplace_back(init.size(), 0.0);
       ref.wd.push_back(k == 1 ? 0.0 : o.weight_decay);
     }
-    optim::LAMB<O0Policy, host> lamb(*ps.store, o);
+    optim::LAMB<O0Policy, host> lamb(*ps.store, o, {.groups = {{optim::select::prefix("bias"), std::nullopt, 0.0f}}});
     for (int step = 0; step < 4; ++step) {
       const auto g = grads_as_stored<O0Policy>(step);
       set_grads(ctx, ps, g, 1.0f);

@@ -334,77 +334,105 @@ void check_all() {
     return nn::bce_with_logits(c, out, matrix<const float>(t01.data(), N, 4));
   };
   const Shape s6{N, 6};
-  check_net<P, MlpFusedRelu>("mlp relu (fused), mse", {.max_batch = N, .seed = 3}, x6, s6, mse,
-                             [&](const Params& p, const Vec& x) { return amp::test::mse(ref_mlp(p, x, relu), to_double(t4)); });
-  check_net<P, MlpFusedGelu>("mlp gelu (fused), cross-entropy", {.max_batch = N, .seed = 3}, x6, s6, ce,
-                             [&](const Params& p, const Vec& x) { return cross_entropy(ref_mlp(p, x, gelu), 4, labels); });
-  check_net<P, MlpTanh>("mlp tanh, bce", {.max_batch = N, .seed = 3}, x6, s6, bce,
-                        [&](const Params& p, const Vec& x) { return amp::test::bce(ref_mlp(p, x, tanh_), to_double(t01)); });
-  check_net<P, MlpSigmoid>("mlp sigmoid, cross-entropy", {.max_batch = N, .seed = 3}, x6, s6, ce,
-                           [&](const Params& p, const Vec& x) { return cross_entropy(ref_mlp(p, x, sigmoid), 4, labels); });
-  check_net<P, ConvNet>("conv, batchnorm, pools, flatten", {.max_batch = N, .seed = 4}, exact_inputs(N * 8 * 8 * 2, 21),
-                        Shape{N, 8, 8, 2}, [&](Context<host>& c, const auto& out) {
-                          const Span<const std::int32_t> y5{labels.data(), labels.size()};
-                          return nn::cross_entropy(c, out, y5);
-                        },
-                        [&](const Params& p, const Vec& x) { return cross_entropy(ref_conv_net(p, x), 5, labels); });
-  check_net<P, WideConvNet>("wide conv: vector paths of im2col, col2im and column sums", {.max_batch = N, .seed = 12},
-                            exact_inputs(N * 6 * 6, 23), Shape{N, 6, 6, 1},
-                            [&](Context<host>& c, const auto& out) {
-                              const Span<const std::int32_t> y3{labels3.data(), labels3.size()};
-                              return nn::cross_entropy(c, out, y3);
-                            },
-                            [&](const Params& p, const Vec& x) { return cross_entropy(ref_wide_conv_net(p, x), 3, labels3); });
-  check_net<P, ResNet>("residual block", {.max_batch = N, .seed = 5}, exact_inputs(N * 5 * 5 * 2, 22), Shape{N, 5, 5, 2},
-                       ce, [&](const Params& p, const Vec& x) { return cross_entropy(ref_res_net(p, x), 4, labels); });
+  SUBCASE("mlp relu (fused), mse") {
+    check_net<P, MlpFusedRelu>("mlp relu (fused), mse", {.max_batch = N, .seed = 3}, x6, s6, mse,
+                               [&](const Params& p, const Vec& x) { return amp::test::mse(ref_mlp(p, x, relu), to_double(t4)); });
+  }
+  SUBCASE("mlp gelu (fused), cross-entropy") {
+    check_net<P, MlpFusedGelu>("mlp gelu (fused), cross-entropy", {.max_batch = N, .seed = 3}, x6, s6, ce,
+                               [&](const Params& p, const Vec& x) { return cross_entropy(ref_mlp(p, x, gelu), 4, labels); });
+  }
+  SUBCASE("mlp tanh, bce") {
+    check_net<P, MlpTanh>("mlp tanh, bce", {.max_batch = N, .seed = 3}, x6, s6, bce,
+                          [&](const Params& p, const Vec& x) { return amp::test::bce(ref_mlp(p, x, tanh_), to_double(t01)); });
+  }
+  SUBCASE("mlp sigmoid, cross-entropy") {
+    check_net<P, MlpSigmoid>("mlp sigmoid, cross-entropy", {.max_batch = N, .seed = 3}, x6, s6, ce,
+                             [&](const Params& p, const Vec& x) { return cross_entropy(ref_mlp(p, x, sigmoid), 4, labels); });
+  }
+  SUBCASE("conv, batchnorm, pools, flatten") {
+    check_net<P, ConvNet>("conv, batchnorm, pools, flatten", {.max_batch = N, .seed = 4}, exact_inputs(N * 8 * 8 * 2, 21),
+                          Shape{N, 8, 8, 2}, [&](Context<host>& c, const auto& out) {
+                            const Span<const std::int32_t> y5{labels.data(), labels.size()};
+                            return nn::cross_entropy(c, out, y5);
+                          },
+                          [&](const Params& p, const Vec& x) { return cross_entropy(ref_conv_net(p, x), 5, labels); });
+  }
+  SUBCASE("wide conv: vector paths of im2col, col2im and column sums") {
+    check_net<P, WideConvNet>("wide conv: vector paths of im2col, col2im and column sums", {.max_batch = N, .seed = 12},
+                              exact_inputs(N * 6 * 6, 23), Shape{N, 6, 6, 1},
+                              [&](Context<host>& c, const auto& out) {
+                                const Span<const std::int32_t> y3{labels3.data(), labels3.size()};
+                                return nn::cross_entropy(c, out, y3);
+                              },
+                              [&](const Params& p, const Vec& x) { return cross_entropy(ref_wide_conv_net(p, x), 3, labels3); });
+  }
+  SUBCASE("residual block") {
+    check_net<P, ResNet>("residual block", {.max_batch = N, .seed = 5}, exact_inputs(N * 5 * 5 * 2, 22), Shape{N, 5, 5, 2},
+                         ce, [&](const Params& p, const Vec& x) { return cross_entropy(ref_res_net(p, x), 4, labels); });
+  }
   const auto t3 = exact_inputs(N * 3, 14);
-  check_net<P, Branch>("branch with fan-out, layernorm, concat", {.max_batch = N, .seed = 6}, x6, s6,
-                       [&](Context<host>& c, const auto& out) { return nn::mse_loss(c, out, matrix<const float>(t3.data(), N, 3)); },
-                       [&](const Params& p, const Vec& x) { return amp::test::mse(ref_branch(p, x), to_double(t3)); });
-  check_net<P, RmsNet>("RMSNorm (Apex FusedRMSNorm)", {.max_batch = N, .seed = 13}, x6, s6,
-                       [&](Context<host>& c, const auto& out) { return nn::mse_loss(c, out, matrix<const float>(t3.data(), N, 3)); },
-                       [&](const Params& p, const Vec& x) { return amp::test::mse(ref_rms_net(p, x), to_double(t3)); });
+  SUBCASE("branch with fan-out, layernorm, concat") {
+    check_net<P, Branch>("branch with fan-out, layernorm, concat", {.max_batch = N, .seed = 6}, x6, s6,
+                         [&](Context<host>& c, const auto& out) { return nn::mse_loss(c, out, matrix<const float>(t3.data(), N, 3)); },
+                         [&](const Params& p, const Vec& x) { return amp::test::mse(ref_branch(p, x), to_double(t3)); });
+  }
+  SUBCASE("RMSNorm (Apex FusedRMSNorm)") {
+    check_net<P, RmsNet>("RMSNorm (Apex FusedRMSNorm)", {.max_batch = N, .seed = 13}, x6, s6,
+                         [&](Context<host>& c, const auto& out) { return nn::mse_loss(c, out, matrix<const float>(t3.data(), N, 3)); },
+                         [&](const Params& p, const Vec& x) { return amp::test::mse(ref_rms_net(p, x), to_double(t3)); });
+  }
   const auto x5 = exact_inputs(N * 5, 15);
-  check_net<P, Tied>("tied weight", {.max_batch = N, .seed = 7}, x5, Shape{N, 5},
-                     [&](Context<host>& c, const auto& out) { return nn::mse_loss(c, out, matrix<const float>(t3.data(), N, 3)); },
-                     [&](const Params& p, const Vec& x) { return amp::test::mse(ref_tied(p, x), to_double(t3)); });
+  SUBCASE("tied weight") {
+    check_net<P, Tied>("tied weight", {.max_batch = N, .seed = 7}, x5, Shape{N, 5},
+                       [&](Context<host>& c, const auto& out) { return nn::mse_loss(c, out, matrix<const float>(t3.data(), N, 3)); },
+                       [&](const Params& p, const Vec& x) { return amp::test::mse(ref_tied(p, x), to_double(t3)); });
+  }
   std::vector<std::int32_t> rows_labels(N * T), ids(N * T);
   for (std::int64_t r = 0; r < N * T; ++r) rows_labels[r] = static_cast<std::int32_t>((r * 7 + 2) % 3), ids[r] = static_cast<std::int32_t>((r * 5 + 1) % 7);
   const Span<const std::int32_t> y_rows{rows_labels.data(), rows_labels.size()};
   const auto ce_rows = [&](Context<host>& c, const auto& out) { return nn::cross_entropy(c, out, y_rows); };
   const auto xt = exact_inputs(N * T * 4, 17);
-  check_net<P, AttentionNet>("causal self-attention", {.max_batch = N, .seed = 9}, xt, Shape{N, T, 4}, ce_rows,
-                             [&](const Params& p, const Vec& x) {
-                               const Vec h = linear(x, 4, p.at("in.weight"), p.at("in.bias"), 8);
-                               return cross_entropy(linear(ref_attention(p, h, "attn"), 8, p.at("out.weight"),
-                                                           p.at("out.bias"), 3), 3, rows_labels);
-                             });
-  check_net<P, BlockNet>("pre-LN transformer block", {.max_batch = N, .seed = 10}, xt, Shape{N, T, 4}, ce_rows,
-                         [&](const Params& p, const Vec& x) {
-                           const Vec h = linear(x, 4, p.at("in.weight"), p.at("in.bias"), 8);
-                           return cross_entropy(linear(ref_block(p, h, "block"), 8, p.at("out.weight"),
-                                                       p.at("out.bias"), 3), 3, rows_labels);
-                         });
+  SUBCASE("causal self-attention") {
+    check_net<P, AttentionNet>("causal self-attention", {.max_batch = N, .seed = 9}, xt, Shape{N, T, 4}, ce_rows,
+                               [&](const Params& p, const Vec& x) {
+                                 const Vec h = linear(x, 4, p.at("in.weight"), p.at("in.bias"), 8);
+                                 return cross_entropy(linear(ref_attention(p, h, "attn"), 8, p.at("out.weight"),
+                                                             p.at("out.bias"), 3), 3, rows_labels);
+                               });
+  }
+  SUBCASE("pre-LN transformer block") {
+    check_net<P, BlockNet>("pre-LN transformer block", {.max_batch = N, .seed = 10}, xt, Shape{N, T, 4}, ce_rows,
+                           [&](const Params& p, const Vec& x) {
+                             const Vec h = linear(x, 4, p.at("in.weight"), p.at("in.bias"), 8);
+                             return cross_entropy(linear(ref_block(p, h, "block"), 8, p.at("out.weight"),
+                                                         p.at("out.bias"), 3), 3, rows_labels);
+                           });
+  }
   std::vector<std::int32_t> next(N * T);
   for (std::int64_t r = 0; r < N * T; ++r) next[r] = ids[(r + 1) % (N * T)];
-  check_net<P, TinyGpt>("tiny GPT: embeddings, a block, tied output projection", {.max_batch = N, .seed = 11}, ids,
-                        Shape{N, T},
-                        [&](Context<host>& c, const auto& out) {
-                          return nn::cross_entropy(c, out, Span<const std::int32_t>{next.data(), next.size()});
-                        },
-                        [&](const Params& p, const Vec& x) { return cross_entropy(ref_gpt(p, x), 7, next); });
+  SUBCASE("tiny GPT: embeddings, a block, tied output projection") {
+    check_net<P, TinyGpt>("tiny GPT: embeddings, a block, tied output projection", {.max_batch = N, .seed = 11}, ids,
+                          Shape{N, T},
+                          [&](Context<host>& c, const auto& out) {
+                            return nn::cross_entropy(c, out, Span<const std::int32_t>{next.data(), next.size()});
+                          },
+                          [&](const Params& p, const Vec& x) { return cross_entropy(ref_gpt(p, x), 7, next); });
+  }
   const auto t2 = exact_inputs(N * 2, 16);
-  check_net<P, TwoHeads>(
-      "two losses in one backward", {.max_batch = N, .seed = 8}, x6, s6,
-      [&](Context<host>& c, const auto& outs) {
-        return nn::cross_entropy(c, std::get<0>(outs), y) +
-               0.5f * nn::mse_loss(c, std::get<1>(outs), matrix<const float>(t2.data(), N, 2));
-      },
-      [&](const Params& p, const Vec& x) {
-        const Vec h = map(linear(x, 6, p.at("trunk.weight"), p.at("trunk.bias"), 5), relu);
-        return cross_entropy(linear(h, 5, p.at("a.weight"), p.at("a.bias"), 4), 4, labels) +
-               0.5 * amp::test::mse(linear(h, 5, p.at("b.weight"), p.at("b.bias"), 2), to_double(t2));
-      });
+  SUBCASE("two losses in one backward") {
+    check_net<P, TwoHeads>(
+        "two losses in one backward", {.max_batch = N, .seed = 8}, x6, s6,
+        [&](Context<host>& c, const auto& outs) {
+          return nn::cross_entropy(c, std::get<0>(outs), y) +
+                 0.5f * nn::mse_loss(c, std::get<1>(outs), matrix<const float>(t2.data(), N, 2));
+        },
+        [&](const Params& p, const Vec& x) {
+          const Vec h = map(linear(x, 6, p.at("trunk.weight"), p.at("trunk.bias"), 5), relu);
+          return cross_entropy(linear(h, 5, p.at("a.weight"), p.at("a.bias"), 4), 4, labels) +
+                 0.5 * amp::test::mse(linear(h, 5, p.at("b.weight"), p.at("b.bias"), 2), to_double(t2));
+        });
+  }
 }
 
 }  // namespace

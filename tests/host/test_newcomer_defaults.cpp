@@ -119,7 +119,7 @@ TEST_CASE("clip_grad_norm unscales, clips and returns the unscaled global norm, 
   const float scale = opt.scaler().stats().scale;
   REQUIRE(scale == 65536.0f);
   f.set_grads({3.0f * scale / 1024, 4.0f * scale / 1024});  // unscaled: 3/1024, 4/1024, norm 5/1024
-  opt.scaler().before_backward();  // as amp::scale_loss(loss, opt).backward() does
+  scaled_by_hand(opt.scaler());  // as amp::scale_loss(loss, opt).backward() declares
   const float norm = opt.clip_grad_norm(1.0f / 1024);
   CHECK(norm == doctest::Approx(5.0 / 1024).epsilon(1e-6));
   const auto g = opt.gradients().unscaled(*f.params, 0);  // clipped in place, as PyTorch's
@@ -133,14 +133,14 @@ TEST_CASE("clip_grad_norm unscales, clips and returns the unscaled global norm, 
 
   // Below max_norm nothing changes; the norm still comes back.
   f.set_grads({0.5f * scale, 0.75f * scale});
-  opt.scaler().before_backward();
+  scaled_by_hand(opt.scaler());
   CHECK(opt.clip_grad_norm(2.0f) == doctest::Approx(std::sqrt(0.8125)).epsilon(1e-6));
   opt.step();
   CHECK(f.values()[0] == doctest::Approx(w[0] - 0.5).epsilon(1e-6));
 
   // An overflow: the norm is inf and the step is skipped.
   f.set_grads({std::numeric_limits<float>::infinity(), 1.0f});
-  opt.scaler().before_backward();
+  scaled_by_hand(opt.scaler());
   const auto before = f.values();
   CHECK(std::isinf(opt.clip_grad_norm(1.0f)));
   opt.step();
@@ -154,7 +154,7 @@ TEST_CASE("clip_grad_norm after another scaler's backward needs that scaler's un
   optim::SGD<O2Policy, host> opt(*f.params, {.lr = 1.0f});
   default_scaler_t<O2Policy, host> scaler(ctx, {.init_scale = 1024.0f});  // not the optimizer's 2^16
   f.set_grads({3.0f * 1024, 4.0f * 1024});
-  scaler.before_backward();  // as scaler.scale(loss).backward() does
+  scaled_by_hand(scaler);  // as scaler.scale(loss).backward() declares
   CHECK_THROWS_WITH_AS(opt.clip_grad_norm(1.0f), doctest::Contains("call scaler.unscale(opt)"), Error);
   scaler.unscale(opt);
   CHECK(opt.clip_grad_norm(10.0f) == doctest::Approx(5.0).epsilon(1e-6));  // divided by 1024, not 2^16
@@ -166,10 +166,11 @@ TEST_CASE("clip_grad_norm after another scaler's backward needs that scaler's un
 TEST_CASE("clip_grad_norm under gradient accumulation clips the mean the step applies") {
   Context<host> ctx;
   ParamFixture<O0Policy, host> f(ctx, {0.0f, 0.0f});
-  optim::SGD<O0Policy, host> opt(*f.params, {.lr = 1.0f, .accumulation_steps = 2});
-  f.set_grads({6.0f, 8.0f});  // the sum of two micro-batches: mean (3, 4), norm 5
+  optim::SGD<O0Policy, host> opt(*f.params, {.lr = 1.0f}, {.accumulation_steps = 2});
+  f.set_grads({3.0f, 4.0f});  // the first micro-batch's gradients
   CHECK_THROWS_WITH_AS(opt.clip_grad_norm(1.0f), doctest::Contains("after the last of the 2 accumulated"), Error);
-  opt.step();  // the first micro-batch: no step
+  opt.step();                 // the first micro-batch: no step
+  f.set_grads({6.0f, 8.0f});  // the second's added: the sum of two, mean (3, 4), norm 5
   CHECK(opt.clip_grad_norm(1.0f) == doctest::Approx(5.0).epsilon(1e-6));
   opt.step();
   const auto w = f.values();

@@ -100,7 +100,7 @@ TEST_CASE("O2: the fp16 weights equal the rounded fp32 master after every step, 
 TEST_CASE("gradient clipping by global norm is fused into the step") {
   Context<host> ctx;
   ParamFixture<O1Policy, host> f(ctx, {1.0f, 1.0f});
-  optim::SGD<O1Policy, host> opt(*f.params, {.lr = 1.0f, .max_grad_norm = 1.0f});
+  optim::SGD<O1Policy, host> opt(*f.params, {.lr = 1.0f}, {.max_grad_norm = 1.0f});
   f.set_grads({3.0f * 65536, 4.0f * 65536});  // fp32 grads under O1; norm 5 once unscaled
   opt.step();
   const auto w = f.values();
@@ -178,7 +178,7 @@ TEST_CASE("optimizer options are validated") {
   CHECK_THROWS_WITH_AS((optim::SGD<O0Policy, host>(*f.params, {.lr = 0.1f, .nesterov = true})),
                        doctest::Contains("nesterov needs momentum"), Error);
   CHECK_THROWS_WITH_AS((optim::Adam<O0Policy, host>(*f.params, {.beta1 = 1.0f})), doctest::Contains("betas"), Error);
-  CHECK_THROWS_WITH_AS((optim::SGD<O0Policy, host>(*f.params, {.accumulation_steps = 0})),
+  CHECK_THROWS_WITH_AS((optim::SGD<O0Policy, host>(*f.params, {}, {.accumulation_steps = 0})),
                        doctest::Contains("accumulation_steps"), Error);
 }
 
@@ -190,8 +190,8 @@ TEST_CASE("parameter groups: their own learning rate and weight decay, in the sa
   const auto g = store.declare<nn::role::norm>("norm.weight", {2}, nn::Init::constant(1.0f), false);
   store.allocate();
   store.initialize(0);
-  optim::SGD<O0Policy, host> opt(store, {.lr = 0.1f, .weight_decay = 0.5f,
-                                         .groups = {{.select = optim::select::no_decay, .lr = 0.01f, .weight_decay = 0.0f}}});
+  optim::SGD<O0Policy, host> opt(store, {.lr = 0.1f, .weight_decay = 0.5f},
+                                 {.groups = {{.select = optim::select::no_decay, .lr = 0.01f, .weight_decay = 0.0f}}});
   opt.set_schedule(optim::StepLR{0.1f, 1, 0.5f});  // 0.1, then 0.05; groups keep their ratio
   for (int t = 0; t < 2; ++t) {
     upload(ctx, store.grads(w), std::vector<float>{1, 1});

@@ -40,7 +40,7 @@ Run train(bool checkpoint, int steps, std::int64_t layers = 3) {
   const nn::GPT2Config c{.vocab_size = 23, .n_positions = kTime, .n_layer = layers, .n_head = 2, .n_embd = 16,
                          .dropout = 0.1f, .checkpoint_blocks = checkpoint};
   nn::Model<P, host, nn::GPT2<P, host>> model(ctx, {.max_batch = kBatch, .seed = 5}, c);
-  optim::AdamW<P, host> opt(model.parameters(), {.lr = 0.01f, .weight_decay = 0.1f, .max_grad_norm = 1.0f});
+  optim::AdamW<P, host> opt(model.parameters(), {.lr = 0.01f, .weight_decay = 0.1f}, {.max_grad_norm = 1.0f});
   std::vector<std::int32_t> ids(kBatch * kTime), next(ids.size());
   for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7 + i / 5) % 23);
   for (std::size_t i = 0; i < ids.size(); ++i) next[i] = ids[(i + 1) % ids.size()];

@@ -85,20 +85,23 @@ TEST_CASE("the scale grows after exactly growth_interval clean steps and is capp
   Context<host> ctx;
   ParamFixture<O1Policy, host> f(ctx, {0.0f});
   optim::SGD<O1Policy, host> opt(*f.params, {.lr = 0.0f});
-  f.set_grads({1.0f});
-  for (int i = 0; i < 1999; ++i) opt.step();
+  const auto clean_step = [&](auto& fixture, auto& o) {  // each step its own (clean) gradients
+    fixture.set_grads({1.0f});
+    o.step();
+  };
+  for (int i = 0; i < 1999; ++i) clean_step(f, opt);
   CHECK(opt.scaler().stats().scale == 65536.0f);
-  opt.step();
+  clean_step(f, opt);
   CHECK(opt.scaler().stats().scale == 131072.0f);
 
   ParamFixture<O1Policy, host> g(ctx, {0.0f});
-  optim::SGD<O1Policy, host> capped(*g.params, {.lr = 0.0f}, {.init_scale = 4194304.0f, .growth_interval = 1});
-  g.set_grads({1.0f});
-  capped.step();
+  optim::SGD<O1Policy, host> capped(*g.params, {.lr = 0.0f},
+                                     {.scaler = ScalerConfig{.init_scale = 4194304.0f, .growth_interval = 1}});
+  clean_step(g, capped);
   CHECK(capped.scaler().stats().scale == 8388608.0f);
-  capped.step();
+  clean_step(g, capped);
   CHECK(capped.scaler().stats().scale == 16777216.0f);
-  capped.step();
+  clean_step(g, capped);
   CHECK(capped.scaler().stats().scale == 16777216.0f);  // 2^24 is the default max
   g.set_grads({kInf});  // an overflow resets the growth window
   capped.step();
@@ -108,7 +111,8 @@ TEST_CASE("the scale grows after exactly growth_interval clean steps and is capp
 TEST_CASE("hysteresis: back off only after N overflows in a row") {
   Context<host> ctx;
   ParamFixture<O1Policy, host> f(ctx, {0.0f});
-  optim::SGD<O1Policy, host> opt(*f.params, {.lr = 0.0f}, {.init_scale = 1024.0f, .hysteresis = 2});
+  optim::SGD<O1Policy, host> opt(*f.params, {.lr = 0.0f},
+                                 {.scaler = ScalerConfig{.init_scale = 1024.0f, .hysteresis = 2}});
   auto step_with = [&](float g) {
     f.set_grads({g});
     opt.step();
@@ -126,12 +130,14 @@ TEST_CASE("hysteresis: back off only after N overflows in a row") {
 TEST_CASE("the scale backs off to its floor and never below; a run stuck there is a divergence") {
   Context<host> ctx;
   ParamFixture<O1Policy, host> f(ctx, {0.0f});
-  optim::SGD<O1Policy, host> opt(*f.params, {.lr = 0.1f}, {.init_scale = 8.0f, .min_scale = 2.0f, .max_consecutive_skips = 5});
-  f.set_grads({kNaN});
+  optim::SGD<O1Policy, host> opt(*f.params, {.lr = 0.1f},
+                                 {.scaler = ScalerConfig{.init_scale = 8.0f, .min_scale = 2.0f, .max_consecutive_skips = 5}});
   for (const float e : {4.0f, 2.0f, 2.0f, 2.0f}) {
+    f.set_grads({kNaN});
     opt.step();
     CHECK(opt.scaler().stats().scale == e);
   }
+  f.set_grads({kNaN});
   CHECK_THROWS_WITH_AS(opt.step(), doctest::Contains("training diverged: 5 consecutive steps had non-finite gradients "
                                                      "(loss scale 2, at its floor)"),
                        Error);
@@ -248,7 +254,7 @@ TEST_CASE("one scaler, several optimizers: an overflow skips only its optimizer,
   CHECK(a.values() == std::vector<float>{-0.5f, -1.0f});
   CHECK(b.values() == std::vector<float>{2.5f});
   // Clipping for b uses b's own norm, not a's.
-  optim::SGD<O2Policy, host> clip_b(*b.params, {.lr = 1.0f, .max_grad_norm = 0.5f});
+  optim::SGD<O2Policy, host> clip_b(*b.params, {.lr = 1.0f}, {.max_grad_norm = 0.5f});
   a.set_grads({400.0f, 800.0f});
   b.set_grads({4.0f});  // 2.0 once unscaled by 2
   scaler.step(opt_a);
@@ -301,8 +307,8 @@ TEST_CASE("explicit unscale under O2 keeps small gradients: they go to fp32, not
 TEST_CASE("clipping gives the same step with and without a separate unscale") {
   Context<host> ctx;
   ParamFixture<O1Policy, host> a(ctx, {1.0f, 1.0f}), b(ctx, {1.0f, 1.0f});
-  optim::SGD<O1Policy, host> opt_a(*a.params, {.lr = 1.0f, .max_grad_norm = 1.0f});
-  optim::SGD<O1Policy, host> opt_b(*b.params, {.lr = 1.0f, .max_grad_norm = 1.0f});
+  optim::SGD<O1Policy, host> opt_a(*a.params, {.lr = 1.0f}, {.max_grad_norm = 1.0f});
+  optim::SGD<O1Policy, host> opt_b(*b.params, {.lr = 1.0f}, {.max_grad_norm = 1.0f});
   DynamicLossScaler<host> scaler(ctx);
   a.set_grads({3.0f * 65536, 4.0f * 65536});
   b.set_grads({3.0f * 65536, 4.0f * 65536});
@@ -359,7 +365,8 @@ TEST_CASE("growth that would pass the largest float keeps the scale, as PyTorch 
   ParamFixture<O2Policy, host> f(ctx, {0.0f});
   const float big = std::numeric_limits<float>::max() / 1.5f;
   optim::SGD<O2Policy, host> opt(*f.params, {.lr = 0.0f},
-                                 {.init_scale = big, .growth_interval = 1, .max_scale = std::numeric_limits<float>::max()});
+                                 {.scaler = ScalerConfig{.init_scale = big, .growth_interval = 1,
+                                                         .max_scale = std::numeric_limits<float>::max()}});
   f.set_grads({0.0f});
   opt.step();
   CHECK(opt.scaler().stats().scale == big);
@@ -368,19 +375,23 @@ TEST_CASE("growth that would pass the largest float keeps the scale, as PyTorch 
 TEST_CASE("update(new_scale), new settings, and scaler state that checkpoints restore exactly") {
   Context<host> ctx;
   ParamFixture<O1Policy, host> f(ctx, {0.0f});
-  optim::SGD<O1Policy, host> opt(*f.params, {.lr = 0.0f}, {.init_scale = 64.0f, .growth_interval = 3});
-  f.set_grads({1.0f});
-  opt.step();
-  opt.step();
+  optim::SGD<O1Policy, host> opt(*f.params, {.lr = 0.0f},
+                                 {.scaler = ScalerConfig{.init_scale = 64.0f, .growth_interval = 3}});
+  const auto clean_step = [&] {  // each step its own (clean) gradients
+    f.set_grads({1.0f});
+    opt.step();
+  };
+  clean_step();
+  clean_step();
   const ScalerState saved = opt.scaler().state();
   CHECK(saved.growth_tracker == 2);
   opt.scaler().update(512.0f);
   CHECK(opt.scaler().stats().scale == 512.0f);
   opt.scaler().set_state(saved);
-  opt.step();  // the third clean step after the restore: growth
+  clean_step();  // the third clean step after the restore: growth
   CHECK(opt.scaler().stats().scale == 128.0f);
   opt.scaler().set_config({.init_scale = 64.0f, .growth_interval = 1});
-  opt.step();
+  clean_step();
   CHECK(opt.scaler().stats().scale == 256.0f);
 }
 
@@ -390,7 +401,7 @@ TEST_CASE("per-tensor gradient norms from the overflow check's reduction") {
   const auto a = store.declare<nn::role::weight>("a", {2}, nn::Init::constant(0.0f));
   const auto b = store.declare<nn::role::norm>("b", {3}, nn::Init::constant(0.0f));
   store.allocate();
-  optim::SGD<O0Policy, host> opt(store, {.lr = 0.0f, .per_tensor_norms = true});
+  optim::SGD<O0Policy, host> opt(store, {.lr = 0.0f}, {.per_tensor_norms = true});
   upload(ctx, store.grads(a), std::vector<float>{3, 4});
   upload(ctx, store.grads(b), std::vector<float>{1, 2, 2});
   opt.step();

@@ -56,8 +56,9 @@ TEST_CASE_TEMPLATE("gradient accumulation over micro-batches equals the large ba
   auto small = make_net<P>(ctx, 8);
   // A scale at which the 4x larger accumulated fp16 gradients cannot overflow (they may at 2^16: then a step skips).
   const ScalerConfig scaler{.init_scale = std::is_same_v<P, O2Policy> ? 1024.0f : 1.0f};
-  optim::SGD<P, host> opt_big(big.parameters(), {.lr = 0.5f, .momentum = 0.9f}, scaler);
-  optim::SGD<P, host> opt_small(small.parameters(), {.lr = 0.5f, .momentum = 0.9f, .accumulation_steps = 4}, scaler);
+  optim::SGD<P, host> opt_big(big.parameters(), {.lr = 0.5f, .momentum = 0.9f}, {.scaler = scaler});
+  optim::SGD<P, host> opt_small(small.parameters(), {.lr = 0.5f, .momentum = 0.9f},
+                                {.accumulation_steps = 4, .scaler = scaler});
   for (int step = 0; step < 3; ++step) {
     train_step<P>(ctx, big, opt_big, d, 32, 1);
     train_step<P>(ctx, small, opt_small, d, 8, 4);

@@ -117,8 +117,9 @@ TEST_CASE_TEMPLATE("fp16 transformer training goes through an injected overflow:
   Context<host> ctx;
   nn::Model<P, host, Gpt<P, host>> model(ctx, {.max_batch = 8, .seed = 4}, 0.1f);
   const float lr = 1e-2f;
-  optim::AdamW<P, host> opt(model.parameters(), {.lr = lr, .weight_decay = 0.1f, .max_grad_norm = 1.0f,
-                                                 .groups = {{.select = optim::select::no_decay, .lr = {}, .weight_decay = 0.0f}}});
+  optim::AdamW<P, host> opt(model.parameters(), {.lr = lr, .weight_decay = 0.1f},
+                            {.max_grad_norm = 1.0f,
+                             .groups = {{.select = optim::select::no_decay, .lr = {}, .weight_decay = 0.0f}}});
   opt.set_schedule(optim::LinearWarmup<optim::CosineLR>{5, {lr, 60, lr / 10}});
   // A learnable sequence: each token is the previous plus one.
   std::vector<std::int32_t> ids(8 * kTime), next(8 * kTime);

@@ -38,9 +38,8 @@ void run(const Job& j) {
       ctx, {.max_batch = j.batch, .seed = 1, .inputs = {nn::indices(amp::Shape{j.time})}}, j.config);
   const amp::io::TensorLayout hf = amp::io::hf_layout(model.net());
   amp::io::import_safetensors(j.weights, model.parameters(), hf);
-  amp::optim::AdamW<P, host> opt(model.parameters(),
-                                 {.lr = 1e-3f, .weight_decay = 0.1f,
-                                  .groups = {{.select = amp::optim::select::no_decay, .lr = {}, .weight_decay = 0.0f}}});
+  amp::optim::AdamW<P, host> opt(model.parameters(), {.lr = 1e-3f, .weight_decay = 0.1f},
+                                 {.groups = {{.select = amp::optim::select::no_decay, .lr = {}, .weight_decay = 0.0f}}});
   std::vector<std::int32_t> all(static_cast<std::size_t>(j.batch * (j.time + 1)));
   std::ifstream(j.ids, std::ios::binary).read(reinterpret_cast<char*>(all.data()), static_cast<std::streamsize>(4 * all.size()));
   std::vector<std::int32_t> x, y;

@@ -44,8 +44,8 @@ TEST_CASE_TEMPLATE("2 ranks with batch B train as one process with batch 2B", P,
   auto fp32 = make_mlp<O0Policy>(ctx, 2 * B, 11);  // what the level's own rounding moves a run by
   // fp16: a scale at which the sums cannot overflow, so both runs take every step.
   const ScalerConfig scaler{.init_scale = 1024.0f};
-  optim::SGD<P, host> opt(net.parameters(), {.lr = 0.1f, .momentum = 0.9f}, scaler);
-  optim::SGD<P, host> opt_ref(ref.parameters(), {.lr = 0.1f, .momentum = 0.9f}, scaler);
+  optim::SGD<P, host> opt(net.parameters(), {.lr = 0.1f, .momentum = 0.9f}, {.scaler = scaler});
+  optim::SGD<P, host> opt_ref(ref.parameters(), {.lr = 0.1f, .momentum = 0.9f}, {.scaler = scaler});
   optim::SGD<O0Policy, host> opt_fp32(fp32.parameters(), {.lr = 0.1f, .momentum = 0.9f});
   parallel::DataParallel ddp(*world, opt, {.bucket_bytes = 256});
   REQUIRE(ddp.buckets() > 2);
@@ -96,7 +96,7 @@ struct StagedDdp {
   Staging<std::int32_t, host> stage_y;
   StagedDdp(Context<host>& c, bool zero)
       : ctx(c), net(make_bn_net<P>(c, B, world, zero ? nn::Shard{world->rank(), world->size()} : nn::Shard{})),
-        opt(net.parameters(), {.lr = 0.1f, .momentum = 0.9f}, {.init_scale = 1024.0f}),
+        opt(net.parameters(), {.lr = 0.1f, .momentum = 0.9f}, {.scaler = ScalerConfig{.init_scale = 1024.0f}}),
         ddp(*world, opt, {.bucket_bytes = 256, .zero = zero ? 1 : 0}), x(c, B * features, memory_kind::data), y(c, B, memory_kind::data),
         stage_x(c, B * features), stage_y(c, B) {}
   void load(int step) {
@@ -171,8 +171,9 @@ TEST_CASE("explicit unscale, with and without clipping: averaged fp32 gradients,
   for (const float clip : {0.0f, 0.05f}) {  // 0.05: a norm bound the gradients exceed, so every step clips
     auto net = make_mlp<O2Policy>(ctx, B, 13);
     auto ref = make_mlp<O2Policy>(ctx, 2 * B, 13);
-    optim::SGD<O2Policy, host> opt(net.parameters(), {.lr = 0.1f, .momentum = 0.9f, .max_grad_norm = clip}, scaler);
-    optim::SGD<O2Policy, host> opt_ref(ref.parameters(), {.lr = 0.1f, .momentum = 0.9f, .max_grad_norm = clip}, scaler);
+    optim::SGD<O2Policy, host> opt(net.parameters(), {.lr = 0.1f, .momentum = 0.9f}, {.max_grad_norm = clip, .scaler = scaler});
+    optim::SGD<O2Policy, host> opt_ref(ref.parameters(), {.lr = 0.1f, .momentum = 0.9f},
+                                       {.max_grad_norm = clip, .scaler = scaler});
     parallel::DataParallel ddp(*world, opt);
     auto explicit_step = [&](auto& model, auto& o, const Batch& b, std::int64_t first, std::int64_t rows) {
       auto y = model.forward(ctx, matrix<const float>(b.x.data() + first * features, rows, features));
@@ -236,10 +237,10 @@ TEST_CASE("accumulation: no reduction before the last micro-batch, by accumulati
   auto by_option = make_mlp<O0Policy>(ctx, B, 9);
   auto by_hand = make_mlp<O0Policy>(ctx, B, 9);
   auto ref = make_mlp<O0Policy>(ctx, 2 * B, 9);
-  optim::SGD<O0Policy, host> opt_option(by_option.parameters(), {.lr = 0.1f, .momentum = 0.9f, .accumulation_steps = 2});
+  optim::SGD<O0Policy, host> opt_option(by_option.parameters(), {.lr = 0.1f, .momentum = 0.9f}, {.accumulation_steps = 2});
   // By hand the two micro-batch means add up (no 1/2 as with accumulation_steps): half the lr is the same step.
   optim::SGD<O0Policy, host> opt_hand(by_hand.parameters(), {.lr = 0.05f, .momentum = 0.9f});
-  optim::SGD<O0Policy, host> opt_ref(ref.parameters(), {.lr = 0.1f, .momentum = 0.9f, .accumulation_steps = 2});
+  optim::SGD<O0Policy, host> opt_ref(ref.parameters(), {.lr = 0.1f, .momentum = 0.9f}, {.accumulation_steps = 2});
   parallel::DataParallel ddp_option(*world, opt_option, {.bucket_bytes = 256});
   parallel::DataParallel ddp_hand(*world, opt_hand, {.bucket_bytes = 256});
   for (int step = 0; step < 6; ++step) {

@@ -33,9 +33,10 @@ nn::Shard this_rank(bool whole_tensors = false) { return {world->rank(), world->
 // global norm (0.05: every step clips, so the combined norm is used).
 template <Policy P>
 optim::AdamW<P, host> make_adamw(nn::ParameterStore<P, host>& store, float clip = 0.05f) {
-  return optim::AdamW<P, host>(store, {.lr = 0.01f, .weight_decay = 0.1f, .max_grad_norm = clip,
-                                       .groups = {{.select = optim::select::no_decay, .lr = {}, .weight_decay = 0.0f}}},
-                               ScalerConfig{.init_scale = 1024.0f});
+  return optim::AdamW<P, host>(store, {.lr = 0.01f, .weight_decay = 0.1f},
+                               {.max_grad_norm = clip,
+                                .groups = {{.select = optim::select::no_decay, .lr = {}, .weight_decay = 0.0f}},
+                                .scaler = ScalerConfig{.init_scale = 1024.0f}});
 }
 
 // A sharded run and an unsharded one of the same net and AdamW, each on its
@@ -299,7 +300,7 @@ TEST_CASE("ZeRO-1's misuses: clear errors") {
                        amp::Error);
   CHECK_FALSE(std::ifstream(path).good());
   using AdamW = optim::AdamW<O2Policy, host>;
-  CHECK_THROWS_WITH_AS(AdamW(net.parameters(), {.per_tensor_norms = true}),
+  CHECK_THROWS_WITH_AS(AdamW(net.parameters(), {}, {.per_tensor_norms = true}),
                        doctest::Contains("per_tensor_norms is not available under ZeRO-1"), amp::Error);
   // Ranks that start from other values (another seed): no rank could send them all the masters.
   Context<host> other(1);

@@ -3,6 +3,7 @@
 // gradients a test sets by hand, to check optimizers and scalers against
 // closed-form steps.
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "amp/amp.hpp"
@@ -30,7 +31,7 @@ struct ParamFixture {
     upload(ctx, params->grads(w), stored);
   }
   std::vector<float> grads() const {
-    const auto g = download(ctx, Span<const grad_type>(params->grads(w)));
+    const auto g = download(ctx, std::as_const(*params).grads(w));  // a read: not counted as a write
     std::vector<float> out(g.size());
     for (std::size_t i = 0; i < g.size(); ++i) out[i] = cast<float>(g[i]);
     return out;
@@ -39,5 +40,15 @@ struct ParamFixture {
   std::vector<float> values() const { return params->get_values(w.index); }
   std::vector<param_type> weights() const { return download(ctx, Span<const param_type>(params->values(w))); }
 };
+
+// Gradients written by hand, declared as scaled by `scaler` (what scaler.scale(loss).backward() declares).
+struct HandWrittenLoss {
+  void backward(const float*) const {}
+};
+template <class Scaler>
+void scaled_by_hand(Scaler& scaler) {
+  HandWrittenLoss l;
+  amp::ScaledLoss<HandWrittenLoss, Scaler>(l, scaler).backward();
+}
 
 }  // namespace amp::test

@@ -75,10 +75,10 @@ struct StepRecipe {
         options(o),
         net(c, {.max_batch = batch, .seed = 11}),
         head(c, {.max_batch = batch, .seed = 12}, {.in_features = features, .out_features = classes}),
-        opt_net(net.parameters(),
-                {.lr = 0.01f, .max_grad_norm = 1.0f, .accumulation_steps = o.accumulate ? 2 : 1, .per_tensor_norms = true},
-                recipe_scaler<P>()),
-        opt_head(head.parameters(), {.lr = 0.05f, .momentum = 0.9f}, recipe_scaler<P>()),
+        opt_net(net.parameters(), {.lr = 0.01f},
+                {.max_grad_norm = 1.0f, .accumulation_steps = o.accumulate ? 2 : 1, .per_tensor_norms = true,
+                 .scaler = recipe_scaler<P>()}),
+        opt_head(head.parameters(), {.lr = 0.05f, .momentum = 0.9f}, {.scaler = recipe_scaler<P>()}),
         scaler(c, recipe_scaler<P>()),
         x(c, 2 * batch * features, memory_kind::data),
         y(c, 2 * batch, memory_kind::data),
@@ -95,7 +95,7 @@ struct StepRecipe {
     // at compile time in one caller and not in another, gave two callers of
     // load(1) inputs one ulp apart.
     for (std::int64_t i = 0; i < 2 * batch * features; ++i) {
-      const std::uint64_t h = nn::detail::mix64(static_cast<std::uint64_t>(step) * 4096 + static_cast<std::uint64_t>(i));
+      const std::uint64_t h = nn::mix64(static_cast<std::uint64_t>(step) * 4096 + static_cast<std::uint64_t>(i));
       hx[i] = static_cast<float>(h >> 40) * 0x1p-23f - 1.0f;  // in [-1, 1)
     }
     for (std::int64_t r = 0; r < 2 * batch; ++r) hy[r] = static_cast<std::int32_t>((r % batch + step + r / batch) % classes);

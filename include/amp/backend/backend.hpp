@@ -131,6 +131,20 @@ class ContextBase {
   // look at its lagging mirror); registered while recording.
   void after_each_replay(std::function<void()> f) { after_replay_.push_back(std::move(f)); }
   std::vector<std::function<void()>> take_after_replay() { return std::exchange(after_replay_, {}); }
+  // Host work that follows a step's device work and needs it done (a
+  // scaler's look at its lagging mirror): now, or, while a step is being
+  // captured, after each of its replays instead.
+  void after_step_on_host(std::function<void()> f) {
+    if (capturing()) after_each_replay(std::move(f));
+    else f();
+  }
+  // Host bookkeeping of the work being issued (gradients written, weights
+  // updated): now, and, while a step is being captured, again after each of
+  // its replays (a recorded step runs no host code).
+  void each_run_on_host(const std::function<void()>& f) {
+    if (capturing()) after_each_replay(f);
+    f();
+  }
   // Scratch regions moved so far: a graph recorded before a move would read freed memory.
   std::size_t scratch_moves() const { return scratch_moves_; }
 

@@ -35,44 +35,13 @@
 #include "amp/backend/buffer.hpp"
 #include "amp/model/parameters.hpp"
 #include "amp/model/tape.hpp"
+#include "amp/model/var.hpp"
 #include "amp/tensor.hpp"
 
 namespace amp::nn {
 
-// A tensor recorded on a graph; id indexes the graph's gradients (-1: no
-// gradient flows into it, e.g. class labels or token ids); iteration is the
-// graph's iteration it belongs to (0: none).
-template <class T>
-struct Var {
-  T* data = nullptr;
-  Shape shape;
-  int id = -1;
-  std::uint64_t iteration = 0;
-
-  std::size_t size() const { return static_cast<std::size_t>(shape.numel()); }
-  TensorView<T> view() const { return {data, shape}; }
-  Span<T> span() const { return {data, size()}; }
-  Matrix<T> matrix() const { return amp::matrix(data, shape.rows(), shape.cols()); }
-  std::int64_t rows() const { return shape.rows(); }
-  std::int64_t cols() const { return shape.cols(); }
-};
-
-// Where a backward writes its contribution to a gradient: overwrite the first
-// time, add afterwards.
-template <class T>
-struct GradOut {
-  T* data = nullptr;
-  bool accumulate = false;
-  explicit operator bool() const { return data != nullptr; }
-};
-
-// A loss value as it is reduced: the mean, and a row whose target was invalid (-1: none).
-struct LossValue {
-  float value = 0.0f;
-  int bad_row = -1;
-};
-
 namespace detail {
+struct GraphHooks;
 struct CountForwardOp {
   std::uint64_t* forwards;
   AMP_HOST_DEVICE void operator()(std::size_t) const { ++*forwards; }
@@ -165,25 +134,6 @@ class Graph {
     return claim_grad(v, static_cast<U*>(nullptr), "Graph::grad_out");
   }
 
-  // Gradients in place (a fused loss writes dL/dlogits over the logits). The
-  // op that made v says its backward never reads v's values (after recording
-  // that backward); overwrite(v) then claims v's memory for its gradient, while
-  // no backward was recorded since (no other op can have saved v), and reading
-  // v becomes an error.
-  template <class U>
-  void allow_overwrite(const Var<U>& v) {
-    overwritable_ = v.data, overwritable_tape_ = tape_.size();
-  }
-  template <class U>
-  void overwrite(const Var<U>& v, const char* who) {
-    require_current(v, who);
-    AMP_REQUIRE(v.data == overwritable_ && tape_.size() == overwritable_tape_, who, ": the logits ", v.shape.str(),
-                " must come straight from a Linear without activation or Embedding::logits, as the last op of "
-                "the forward, read by no other op (their memory becomes the gradient)");
-    AMP_REQUIRE(v.id >= 0 && !grads_[static_cast<std::size_t>(v.id)].data, who, ": the logits ", v.shape.str(),
-                " take no gradient, or have one already");
-    overwritten_.emplace_back(v.data, who);
-  }
   // dL/dv lives in v's memory, already written: the first contribution, or
   // {the gradient so far, accumulate} when another loss seeded one.
   template <class U>
@@ -222,19 +172,23 @@ class Graph {
   // Forwards in the iteration in progress.
   int forwards() const { return forwards_; }
 
-  // Runs the backward closures of every forward of the iteration, last
-  // recorded first. Once per iteration.
-  void backward() {
+  // Runs the backward closures of every forward of the iteration, last recorded
+  // first. Once per iteration. `scaled`: the seeds carry the loss scale.
+  void backward(bool scaled = true) {
     AMP_REQUIRE(forwards_ > 0, "backward(): no forward ran in this iteration");
     AMP_REQUIRE(!backward_done_, "backward() ran twice on iteration ", iteration_,
                 ": each iteration is back-propagated once (to back-propagate several losses, sum them: "
                 "(a + b).backward())");
     backward_done_ = true;
     BackwardObserver* watch = planning_ ? nullptr : params_->observer();
-    if (!watch) return tape_.run_backward(*this, [] {});
-    watch->backward_begin();
-    tape_.run_backward(*this, [watch] { watch->op_done(); });
-    watch->backward_end();
+    if (watch) {
+      watch->backward_begin();
+      tape_.run_backward(*this, [watch] { watch->op_done(); });
+      watch->backward_end();
+    } else {
+      tape_.run_backward(*this, [] {});
+    }
+    if (!planning_) params_->note_backward(scaled);
   }
   bool backward_done() const { return backward_done_; }
 
@@ -267,6 +221,43 @@ class Graph {
     while (!chunks_.empty() && chunks_.back().offset >= m.offset) chunks_.pop_back();
   }
 
+  // A segment of the tape is being replayed (activation checkpointing): ops record no statistics twice.
+  bool replaying() const { return replaying_; }
+
+  // Bytes the arena holds: what the planning pass measured, and any spill blocks.
+  std::size_t arena_bytes() const {
+    std::size_t total = 0;
+    for (const auto& b : blocks_) total += b.bytes();
+    return total;
+  }
+  std::size_t bytes_in_use() const {
+    std::size_t total = offset_;
+    for (std::size_t k = 0; k < block_; ++k) total += blocks_[k].bytes();
+    return total;
+  }
+
+ private:
+  friend struct detail::GraphHooks;  // model/graph_hooks.hpp
+
+  // Gradients in place (a fused loss writes dL/dlogits over the logits). The
+  // op that made v says its backward never reads v's values (after recording
+  // that backward); overwrite(v) then claims v's memory for its gradient, while
+  // no backward was recorded since (no other op can have saved v), and reading
+  // v becomes an error.
+  template <class U>
+  void allow_overwrite(const Var<U>& v) {
+    overwritable_ = v.data, overwritable_tape_ = tape_.size();
+  }
+  template <class U>
+  void overwrite(const Var<U>& v, const char* who) {
+    require_current(v, who);
+    AMP_REQUIRE(v.data == overwritable_ && tape_.size() == overwritable_tape_, who, ": the logits ", v.shape.str(),
+                " must come straight from a Linear without activation or Embedding::logits, as the last op of "
+                "the forward, read by no other op (their memory becomes the gradient)");
+    AMP_REQUIRE(v.id >= 0 && !grads_[static_cast<std::size_t>(v.id)].data, who, ": the logits ", v.shape.str(),
+                " take no gradient, or have one already");
+    overwritten_.emplace_back(v.data, who);
+  }
   // --- activation checkpointing (nn/checkpoint.hpp) ---------------------------
   // A stretch of a forward: where its memory, closures and random streams begin.
   struct Segment {
@@ -312,7 +303,6 @@ class Graph {
                 "other than its input; make that tensor its input, or leave the block uncheckpointed");
     release(m);
   }
-  bool replaying() const { return replaying_; }
   // dL/dv is at g already (a replayed segment's output: the gradient its first run received).
   template <class U>
   void seed_grad(const Var<U>& v, const U* g) {
@@ -322,19 +312,6 @@ class Graph {
     grads_[static_cast<std::size_t>(v.id)].data = const_cast<U*>(g);
   }
 
-  // Bytes the arena holds: what the planning pass measured, and any spill blocks.
-  std::size_t arena_bytes() const {
-    std::size_t total = 0;
-    for (const auto& b : blocks_) total += b.bytes();
-    return total;
-  }
-  std::size_t bytes_in_use() const {
-    std::size_t total = offset_;
-    for (std::size_t k = 0; k < block_; ++k) total += blocks_[k].bytes();
-    return total;
-  }
-
- private:
   struct GradSlot {
     void* data;
     std::size_t bytes;

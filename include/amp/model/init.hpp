@@ -43,8 +43,9 @@ inline Init weight_init(initializer kind, std::int64_t fan_in, std::int64_t fan_
   }
 }
 
-namespace detail {
-// A 64-bit mix (splitmix64's finaliser): well-spread bits from consecutive inputs.
+// A 64-bit mix (splitmix64's finaliser): well-spread bits from consecutive
+// inputs. amp draws every random number with it; a program that replays an
+// order (the examples' training windows) may too.
 AMP_HOST_DEVICE inline std::uint64_t mix64(std::uint64_t x) {
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ull;
@@ -53,6 +54,7 @@ AMP_HOST_DEVICE inline std::uint64_t mix64(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
+namespace detail {
 // 24 random bits as a float in [0, 1): exact, so the same on every backend.
 AMP_HOST_DEVICE inline float unit_uniform(std::uint64_t seed, std::uint64_t index) {
   const std::uint64_t bits = mix64(seed * 0x9e3779b97f4a7c15ull + index + 1) >> 40;

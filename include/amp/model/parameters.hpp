@@ -1,12 +1,8 @@
 #pragma once
-// The parameters of a model. Each parameter has a role, and the role picks its
-// stored type from the policy: weights and biases are stored as param_type,
-// norm scale/shift as norm_param_type, each role in its own flat arenas:
-// values, gradients, an fp32 master copy exactly when the stored type differs
-// from master_type, and (O1) a cast cache of the values in the type a GEMM or a
-// convolution consumes. Blocks are padded to a common multiple, so offset i is
-// the same parameter in every arena of its role, and the overflow check and the
-// optimizer step are flat passes.
+// The parameters of a model: their table, and per role (model/arena.hpp) the
+// flat arenas of values, gradients, masters and cast caches. Blocks are padded
+// to a common multiple, so offset i is the same parameter in every arena of
+// its role, and the overflow check and the optimizer step are flat passes.
 //
 // ZeRO-1 (a Shard of several ranks): this process keeps the fp32 masters of
 // its shard [shard_begin, shard_end) of each role only, an even 1/ranks cut
@@ -21,6 +17,7 @@
 #include "amp/backend/algorithm.hpp"
 #include "amp/backend/buffer.hpp"
 #include "amp/backend/collective.hpp"
+#include "amp/model/arena.hpp"
 #include "amp/model/fp8_state.hpp"
 #include "amp/model/init.hpp"
 #include "amp/model/shard.hpp"
@@ -28,15 +25,6 @@
 #include "amp/tensor.hpp"
 
 namespace amp::nn {
-
-// What a parameter is for; the role picks its stored type from the policy.
-// Buffers are model state that is not trained (BatchNorm's running statistics):
-// fp32, no gradient, saved and exported with the parameters.
-enum class role { weight, norm, buffer };
-
-inline constexpr const char* role_name(role r) {
-  return r == role::weight ? "weight" : r == role::norm ? "norm" : "buffer";
-}
 
 // Watches backward passes (data parallel starts reducing a bucket of gradients
 // as soon as backward is past the last op that writes it): which parameter
@@ -50,6 +38,15 @@ class BackwardObserver {
 
  protected:
   ~BackwardObserver() = default;
+};
+
+// What has written a store's gradients so far: backward passes and hands
+// (grads(p) given out to write), and of the backward passes those whose loss
+// carried no scale. An optimizer's gradients compare them with what they saw
+// at their last step, so a step knows its gradients are new.
+struct GradientWrites {
+  std::uint64_t writes = 0;
+  std::uint64_t unscaled_backwards = 0;
 };
 
 // A layer's handle on one parameter of role R: where it lives in its role's arenas.
@@ -70,104 +67,6 @@ struct ParamInfo {
   Init init;
   std::size_t offset = 0;
   std::size_t count = 0;
-};
-
-template <Policy P, role R>
-struct role_types;
-template <Policy P>
-struct role_types<P, role::weight> {
-  using stored = typename P::param_type;
-  using grad = typename P::grad_type;
-};
-template <Policy P>
-struct role_types<P, role::norm> {
-  using stored = typename P::norm_param_type;
-  using grad = typename P::norm_param_type;
-};
-template <Policy P>
-struct role_types<P, role::buffer> {
-  using stored = float;
-  using grad = void;
-};
-
-// The arenas of one role: values, gradients, master copy, cast caches.
-template <Policy P, Backend B, role R>
-class RoleArena {
- public:
-  using stored_type = typename role_types<P, R>::stored;
-  using grad_type = typename role_types<P, R>::grad;
-  using gemm_type = typename P::template compute_type<op::gemm>;
-  using conv_type = typename P::template compute_type<op::conv>;
-  static constexpr bool has_master = keeps_master_v<P, stored_type>;
-  static_assert(!has_master || std::is_same_v<typename P::master_type, float>, "master copies are fp32");
-  // Caches of the values as GEMMs and convolutions consume them (weights only: norms read their values).
-  static constexpr bool caches_gemm = R == role::weight && !std::is_same_v<stored_type, gemm_type>;
-  static constexpr bool caches_conv =
-      R == role::weight && !std::is_same_v<stored_type, conv_type> && !std::is_same_v<gemm_type, conv_type>;
-
-  void allocate(Context<B>& ctx, std::size_t count, std::size_t shard_begin, std::size_t shard_end) {
-    count_ = count, shard_begin_ = shard_begin, shard_end_ = shard_end;
-    values_ = Buffer<stored_type, B>(ctx, count, memory_kind::weights);
-    grads_ = Buffer<grad_type, B>(ctx, count, memory_kind::grads);
-    fill(ctx, values_.span(), cast<stored_type>(0.0f));
-    fill(ctx, grads_.span(), cast<grad_type>(0.0f));
-    if constexpr (has_master) {
-      master_ = Buffer<float, B>(ctx, shard_end - shard_begin, memory_kind::master);
-      fill(ctx, master_.span(), 0.0f);
-    }
-    if constexpr (caches_gemm) gemm_cache_ = Buffer<gemm_type, B>(ctx, count, memory_kind::weights);
-    if constexpr (caches_conv) conv_cache_ = Buffer<conv_type, B>(ctx, count, memory_kind::weights);
-  }
-
-  // Elements in each arena, padding included (padding stays zero everywhere).
-  std::size_t count() const { return count_; }
-  // The elements this process updates: all, or its ZeRO-1 shard.
-  std::size_t shard_begin() const { return shard_begin_; }
-  std::size_t shard_end() const { return shard_end_; }
-  std::size_t shard_count() const { return shard_end_ - shard_begin_; }
-  Span<stored_type> values() const { return values_.span(); }
-  Span<grad_type> grads() const { return grads_.span(); }
-  // The fp32 masters of the shard: element k is element shard_begin() + k of the role.
-  Span<float> master() const {
-    if constexpr (has_master) return master_.span();
-    else return {};
-  }
-
-  // The values as T (the stored type, or a cast cache refreshed once per
-  // optimizer step however often it is used: autocast's weight cache).
-  template <class T>
-  Span<const T> as(Context<B>& ctx) {
-    if constexpr (std::is_same_v<T, stored_type>) {
-      return values_.span();
-    } else if constexpr (caches_gemm && std::is_same_v<T, gemm_type>) {
-      return refreshed(ctx, gemm_cache_, gemm_version_);
-    } else {
-      static_assert(caches_conv && std::is_same_v<T, conv_type>, "no cast cache of this type for this role");
-      return refreshed(ctx, conv_cache_, conv_version_);
-    }
-  }
-
-  void mark_updated() { ++version_; }
-  std::uint64_t cache_refreshes() const { return refreshes_; }
-
- private:
-  template <class T>
-  Span<const T> refreshed(Context<B>& ctx, Buffer<T, B>& cache, std::uint64_t& seen) {
-    if (seen != version_) {
-      convert(ctx, Span<const stored_type>(values_.span()), cache.span());
-      seen = version_;
-      ++refreshes_;
-    }
-    return cache.span();
-  }
-
-  std::size_t count_ = 0, shard_begin_ = 0, shard_end_ = 0;
-  Buffer<stored_type, B> values_;
-  Buffer<grad_type, B> grads_;
-  Buffer<float, B> master_;
-  Buffer<gemm_type, B> gemm_cache_;
-  Buffer<conv_type, B> conv_cache_;
-  std::uint64_t version_ = 1, gemm_version_ = 0, conv_version_ = 0, refreshes_ = 0;
 };
 
 template <Policy P, Backend B>
@@ -219,7 +118,7 @@ class ParameterStore {
     for (std::size_t i = 0; i < table_.size(); ++i) {
       const ParamInfo& p = table_[i];
       std::vector<float> v(p.count);
-      const std::uint64_t param_seed = detail::mix64(seed ^ detail::mix64(i + 1));
+      const std::uint64_t param_seed = mix64(seed ^ mix64(i + 1));
       for (std::size_t k = 0; k < p.count; ++k) v[k] = detail::init_value(p.init, param_seed, k);
       set_values(static_cast<int>(i), v);
     }
@@ -319,18 +218,33 @@ class ParameterStore {
     if constexpr (R == role::buffer) return buffers_.span().subspan(p.offset, p.count);
     else return arena<R>().values().subspan(p.offset, p.count);
   }
-  // A parameter's gradient.
+  // A parameter's gradient. Handed out writable, it counts as written (the
+  // next step may use it); read through a const store, it does not.
+  template <role R>
+  auto grads(Param<R> p) {
+    ++writes_.writes;
+    return arena<R>().grads().subspan(p.offset, p.count);
+  }
   template <role R>
   auto grads(Param<R> p) const {
-    return arena<R>().grads().subspan(p.offset, p.count);
+    using G = typename RoleArena<P, B, R>::grad_type;
+    return Span<const G>(arena<R>().grads().subspan(p.offset, p.count));
   }
   // A parameter's gradient for a backward op to add to: the backward observer
   // (data parallel) learns that this op writes it.
   template <role R>
   auto backward_grads(Param<R> p) {
     if (observer_) observer_->gradient_touched(p.index);
-    return grads(p);
+    return arena<R>().grads().subspan(p.offset, p.count);
   }
+  // A backward pass ran over this model (`scaled`: its loss carried a scale, or its seeds came by hand).
+  void note_backward(bool scaled) {
+    ctx_->each_run_on_host([this, scaled] {
+      ++writes_.writes;
+      if (!scaled) ++writes_.unscaled_backwards;
+    });
+  }
+  GradientWrites gradient_writes() const { return writes_; }
   // Every buffer (BatchNorm's running statistics), fp32.
   Span<float> buffer_values() const { return buffers_.span(); }
 
@@ -351,6 +265,13 @@ class ParameterStore {
     weights_.mark_updated();
     norms_.mark_updated();
     fp8_.mark_updated();
+  }
+  // The model's work after an optimizer step updated it: FP8 scales from
+  // this iteration's amaxes (delayed scaling, on the device), and the cast
+  // caches stale (host bookkeeping: again after each replay of a captured step).
+  void after_step() {
+    fp8_.step();
+    ctx_->each_run_on_host([this] { mark_updated(); });
   }
   // FP8 scaling state and weight codes (policies with an fp8 alias; empty otherwise).
   Fp8State<P, B>& fp8() { return fp8_; }
@@ -406,6 +327,7 @@ class ParameterStore {
   std::size_t weight_count_ = 0, norm_count_ = 0, buffer_count_ = 0;
   bool allocated_ = false;
   BackwardObserver* observer_ = nullptr;
+  GradientWrites writes_;
   Shard shard_;
   std::vector<std::size_t> weight_bounds_, norm_bounds_;
   Collective<B>* shard_collective_ = nullptr;

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "amp/model/graph.hpp"
+#include "amp/model/graph_hooks.hpp"
 
 namespace amp::nn {
 
@@ -33,10 +34,10 @@ auto checkpoint(Graph<P, B>& g, Block&& block, Var<U> x) {
     else return std::decay_t<Block>(std::move(block));
   }();
 
-  const auto segment = g.begin_segment();
+  const auto segment = detail::GraphHooks::begin_segment(g);
   const Var<V> inner = fn(g, x);
   AMP_REQUIRE(inner.data != static_cast<const void*>(x.data), "checkpoint: the block returned its input");
-  g.drop_segment(segment);
+  detail::GraphHooks::drop_segment(g, segment);
   // The output takes the segment's place; where it would overlap the block's
   // output (a block that allocated less than its output before it), after it.
   const auto at = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
@@ -56,9 +57,9 @@ auto checkpoint(Graph<P, B>& g, Block&& block, Var<U> x) {
     if (!dy) return;
     const GradOut<U> dx = gb.grad_out(x);  // claimed before the replay, whose memory is given back
     if (dx && !dx.accumulate) fill(gb.context(), Span<U>(dx.data, x.size()), cast<U>(0.0f));
-    gb.replay(segment, [&] {
+    detail::GraphHooks::replay(gb, segment, [&] {
       const Var<V> again = fn(gb, x);
-      gb.seed_grad(again, dy);
+      detail::GraphHooks::seed_grad(gb, again, dy);
     });
   });
   return y;

@@ -19,6 +19,7 @@
 #include "amp/model/init.hpp"
 #include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
+#include "amp/model/graph_hooks.hpp"
 
 namespace amp::nn {
 
@@ -220,7 +221,7 @@ class Embedding {
       if (dh) gemm(ctx, dyg, transpose::no, w, transpose::no, matrix(dh.data, rows, s.features),
                    GemmEpilogue<T>{.beta = dh.accumulate ? 1.0f : 0.0f});
     });
-    g.allow_overwrite(y);  // the backward reads dy only: a fused loss may write it over y
+    detail::GraphHooks::allow_overwrite(g, y);  // the backward reads dy only: a fused loss may write it over y
     return y;
   }
 

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "amp/nn/loss.hpp"
+#include "amp/model/graph_hooks.hpp"
 
 namespace amp::nn {
 namespace detail {
@@ -71,7 +72,7 @@ Loss<P, B> fused_cross_entropy(Context<B>& ctx, const Output<P, B>& logits, Span
   constexpr const char* name = "fused_cross_entropy";
   detail::check_labels(ctx, logits, labels, name);
   auto& g = *logits.graph;
-  g.overwrite(logits.var, name);
+  detail::GraphHooks::overwrite(g, logits.var, name);
   LossValue* slot = g.loss_slot();
   LossValue* rows = ctx.template scratch<LossValue>(scratch_slot::loss_rows, labels.size);
   const float inv = 1.0f / static_cast<float>(logits.rows());

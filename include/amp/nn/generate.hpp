@@ -43,7 +43,7 @@ inline std::int32_t sample_token(const std::vector<float>& logits, const Samplin
   double sum = 0;
   for (std::size_t k = 0; k < p.size(); ++k)
     if (logits[k] >= floor) sum += (p[k] = std::exp((static_cast<double>(logits[k]) - *best) / s.temperature));
-  const auto bits = detail::mix64(s.seed * 0x9e3779b97f4a7c15ull + draw++);
+  const auto bits = mix64(s.seed * 0x9e3779b97f4a7c15ull + draw++);
   double u = static_cast<double>(bits >> 11) * 0x1.0p-53 * sum;
   std::size_t pick = 0;
   while (pick + 1 < p.size() && (p[pick] == 0.0 || (u -= p[pick]) >= 0.0)) ++pick;

@@ -17,6 +17,7 @@
 #include "amp/core/fp8.hpp"
 #include "amp/model/model.hpp"
 #include "amp/nn/ops.hpp"
+#include "amp/model/graph_hooks.hpp"
 
 namespace amp::nn {
 
@@ -99,7 +100,7 @@ class Linear {
     if (s.has_bias) ep.bias = g.params().template as<T>(s.bias).data;
     gemm(g.context(), xg, transpose::no, weight_matrix(g, s), transpose::yes, y.matrix(), ep);
     g.on_backward([=](Graph<P, B>& gb) { backward(gb, s, x, xg, y, pre); });
-    if (s.act == activation::none) g.allow_overwrite(y);  // its backward reads dy only: a fused loss may reuse y
+    if (s.act == activation::none) detail::GraphHooks::allow_overwrite(g, y);  // its backward reads dy only: a fused loss may reuse y
     return y;
   }
 
@@ -144,7 +145,7 @@ class Linear {
                Fp8Matrix<Fx>{{w.codes, s.out, s.in, s.in}, wm.scale_inv}, y.matrix(), ep);
     }
     g.on_backward([=](Graph<P, B>& gb) { backward_fp8(gb, s, x, xt, w.transposed, y, pre); });
-    if (s.act == activation::none) g.allow_overwrite(y);
+    if (s.act == activation::none) detail::GraphHooks::allow_overwrite(g, y);
     return y;
   }
 

@@ -13,10 +13,6 @@ struct AdamOptions {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   std::optional<float> weight_decay = std::nullopt;  // default: PyTorch's, 0 for Adam and 0.01 for AdamW
-  float max_grad_norm = 0.0f;
-  int accumulation_steps = 1;
-  std::vector<ParamGroup> groups = {};
-  bool per_tensor_norms = false;
 };
 
 template <bool Decoupled>
@@ -59,32 +55,31 @@ template <Policy P, Backend B, bool Decoupled>
 class AdamBase : public FusedOptimizer<P, B, AdamRule<Decoupled>> {
  public:
   using Store = nn::ParameterStore<P, B>;
-  AdamBase(std::vector<Store*> params, const AdamOptions& o, ScalerConfig scaler)
+  AdamBase(std::vector<Store*> params, const AdamOptions& o, StepOptions step)
       : FusedOptimizer<P, B, AdamRule<Decoupled>>(std::move(params),
                                                   detail::adam_rule<Decoupled>(o, Decoupled ? "AdamW" : "Adam"), o.lr,
                                                   detail::weight_decay<Decoupled>(o),
-                                                  {o.max_grad_norm, o.accumulation_steps, o.groups, o.per_tensor_norms},
-                                                  scaler) {}
+                                                  std::move(step)) {}
 };
 
 template <Policy P, Backend B>
 class Adam : public AdamBase<P, B, false> {
  public:
   using Store = nn::ParameterStore<P, B>;
-  Adam(Store& params, AdamOptions o = {}, ScalerConfig scaler = default_scaler_config<P>())
-      : AdamBase<P, B, false>({&params}, o, scaler) {}
-  Adam(std::vector<Store*> params, AdamOptions o = {}, ScalerConfig scaler = default_scaler_config<P>())
-      : AdamBase<P, B, false>(std::move(params), o, scaler) {}
+  Adam(Store& params, AdamOptions o = {}, StepOptions step = {})
+      : AdamBase<P, B, false>({&params}, o, std::move(step)) {}
+  Adam(std::vector<Store*> params, AdamOptions o = {}, StepOptions step = {})
+      : AdamBase<P, B, false>(std::move(params), o, std::move(step)) {}
 };
 
 template <Policy P, Backend B>
 class AdamW : public AdamBase<P, B, true> {
  public:
   using Store = nn::ParameterStore<P, B>;
-  AdamW(Store& params, AdamOptions o = {}, ScalerConfig scaler = default_scaler_config<P>())
-      : AdamBase<P, B, true>({&params}, o, scaler) {}
-  AdamW(std::vector<Store*> params, AdamOptions o = {}, ScalerConfig scaler = default_scaler_config<P>())
-      : AdamBase<P, B, true>(std::move(params), o, scaler) {}
+  AdamW(Store& params, AdamOptions o = {}, StepOptions step = {})
+      : AdamBase<P, B, true>({&params}, o, std::move(step)) {}
+  AdamW(std::vector<Store*> params, AdamOptions o = {}, StepOptions step = {})
+      : AdamBase<P, B, true>(std::move(params), o, std::move(step)) {}
 };
 
 }  // namespace amp::optim

@@ -22,10 +22,7 @@ struct LambOptions {
   bool grad_averaging = true;  // m takes (1 - beta1) g; false: g
   bool adam_w_mode = true;     // decoupled decay (in the direction); false: L2 (into the gradient)
   bool use_nvlamb = false;     // the trust ratio for tensors without weight decay too
-  float max_grad_norm = 1.0f;  // the global pre-normalisation; 0: none
-  int accumulation_steps = 1;
-  std::vector<ParamGroup> groups = {};
-  bool per_tensor_norms = false;
+  float max_grad_norm = 1.0f;  // the global pre-normalisation (the step's clipping); 0: none
 };
 
 struct LambRule {
@@ -61,13 +58,19 @@ template <Policy P, Backend B>
 class LAMB : public FusedOptimizer<P, B, LambRule> {
  public:
   using Store = nn::ParameterStore<P, B>;
-  LAMB(Store& params, LambOptions o = {}, ScalerConfig scaler = default_scaler_config<P>())
-      : LAMB(std::vector<Store*>{&params}, std::move(o), scaler) {}
-  LAMB(std::vector<Store*> params, LambOptions o = {}, ScalerConfig scaler = default_scaler_config<P>())
+  LAMB(Store& params, LambOptions o = {}, StepOptions step = {})
+      : LAMB(std::vector<Store*>{&params}, std::move(o), std::move(step)) {}
+  LAMB(std::vector<Store*> params, LambOptions o = {}, StepOptions step = {})
       : FusedOptimizer<P, B, LambRule>(std::move(params), rule(o), o.lr, o.weight_decay,
-                                       {o.max_grad_norm, o.accumulation_steps, o.groups, o.per_tensor_norms}, scaler) {}
+                                       pre_normalised(std::move(step), o)) {}
 
  private:
+  static StepOptions pre_normalised(StepOptions step, const LambOptions& o) {
+    AMP_REQUIRE(step.max_grad_norm == 0, "LAMB: the pre-normalisation is LambOptions::max_grad_norm (default 1, as "
+                "Apex's); leave StepOptions::max_grad_norm at 0, got ", step.max_grad_norm);
+    step.max_grad_norm = o.max_grad_norm;
+    return step;
+  }
   static LambRule rule(const LambOptions& o) {
     AMP_REQUIRE(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "LAMB: betas must lie in [0, 1), got ",
                 o.beta1, ", ", o.beta2);

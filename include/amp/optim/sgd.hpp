@@ -10,10 +10,6 @@ struct SGDOptions {
   float dampening = 0.0f;
   bool nesterov = false;
   float weight_decay = 0.0f;
-  float max_grad_norm = 0.0f;
-  int accumulation_steps = 1;
-  std::vector<ParamGroup> groups = {};
-  bool per_tensor_norms = false;
 };
 
 struct SGDRule {
@@ -39,12 +35,12 @@ template <Policy P, Backend B>
 class SGD : public FusedOptimizer<P, B, SGDRule> {
  public:
   using Store = nn::ParameterStore<P, B>;
-  SGD(Store& params, SGDOptions o, ScalerConfig scaler = default_scaler_config<P>())
-      : SGD(std::vector<Store*>{&params}, std::move(o), scaler) {}
+  SGD(Store& params, SGDOptions o, StepOptions step = {})
+      : SGD(std::vector<Store*>{&params}, std::move(o), std::move(step)) {}
   // Several models in one optimizer.
-  SGD(std::vector<Store*> params, SGDOptions o, ScalerConfig scaler = default_scaler_config<P>())
+  SGD(std::vector<Store*> params, SGDOptions o, StepOptions step = {})
       : FusedOptimizer<P, B, SGDRule>(std::move(params), rule(o), o.lr, o.weight_decay,
-                                      {o.max_grad_norm, o.accumulation_steps, o.groups, o.per_tensor_norms}, scaler) {}
+                                      std::move(step)) {}
 
  private:
   static SGDRule rule(const SGDOptions& o) {

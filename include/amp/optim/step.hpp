@@ -110,8 +110,9 @@ AMP_HOST_DEVICE inline StepValues prepare_step(const Rule& rule, const Optimizer
   return v;
 }
 
+// The prologue as the backends run it (after_prologue): on the host or as a one-thread kernel.
 template <class Rule>
-struct PrepareStepOp {
+struct PrepareStep {
   Rule rule;
   const OptimizerState* state;
   const Hyper* hyper;
@@ -119,9 +120,8 @@ struct PrepareStepOp {
   const float* scale;
   const int* found_inf;
   float max_norm, inv_accumulation;
-  StepValues* out;
-  AMP_HOST_DEVICE void operator()(std::size_t) const {
-    *out = prepare_step(rule, *state, *hyper, *stats, scale, found_inf ? *found_inf : 0, max_norm, inv_accumulation);
+  AMP_HOST_DEVICE StepValues operator()() const {
+    return prepare_step(rule, *state, *hyper, *stats, scale, found_inf ? *found_inf : 0, max_norm, inv_accumulation);
   }
 };
 
@@ -139,6 +139,9 @@ struct AdvanceStateOp {
 
 AMP_HOST_DEVICE inline const StepValues& step_values(const StepValues* p) { return *p; }
 AMP_HOST_DEVICE inline const StepValues& step_values(const StepValues& v) { return v; }
+// Known on the host to be skipped: then nothing is launched (values in device memory are not known).
+inline bool known_skip(const StepValues* /*in device memory*/) { return false; }
+inline bool known_skip(const StepValues& v) { return v.skip != 0; }
 
 // The pass. Master weights, state buffers, groups and where the step's values
 // come from (device pointer or host value) are compile-time facts, so the

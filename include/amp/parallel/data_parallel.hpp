@@ -38,6 +38,7 @@
 #include "amp/backend/collective.hpp"
 #include "amp/model/parameters.hpp"
 #include "amp/optim/optimizer.hpp"
+#include "amp/parallel/same_model.hpp"
 
 namespace amp::parallel {
 
@@ -68,7 +69,7 @@ struct CombineSlotsOp {
 }  // namespace detail
 
 template <class Optimizer>
-class DataParallel final : public optim::GradientReducer {
+class DataParallel final : public GradientReducer, public optim::UpdateHook {
  public:
   using policy = typename Optimizer::policy;
   using backend = typename Optimizer::backend;
@@ -80,10 +81,10 @@ class DataParallel final : public optim::GradientReducer {
     AMP_REQUIRE(options.bucket_bytes > 0, "DataParallel: bucket_bytes must be positive");
     AMP_REQUIRE(options.zero == 0 || options.zero == 1, "DataParallel: zero must be 0 or 1 (ZeRO stage 1), got ",
                 options.zero);
-    check_shards();
-    check_same_model();
+    detail::check_shards(comm, opt.stores(), zero());
+    detail::check_same_model(comm, opt.stores());
     if (zero()) {
-      check_same_values();
+      detail::check_same_values(comm, opt.context(), opt.stores());
       for (Store* s : opt.stores()) s->set_shard_collective(comm_);
       slots_ = Buffer<GradStats, backend>(*ctx_, static_cast<std::size_t>(comm_->size()), memory_kind::optimizer);
     } else {
@@ -95,12 +96,12 @@ class DataParallel final : public optim::GradientReducer {
       make_buckets(*watches_.back(), opt.stores()[s]->template arena<nn::role::norm>());
     }
     for (auto& w : watches_) w->store->set_observer(w.get());
-    opt.set_gradient_reducer(this);
+    optim::detail::Wiring::attach(opt, this, this);
   }
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
   ~DataParallel() {
-    opt_->set_gradient_reducer(nullptr);
+    optim::detail::Wiring::attach(*opt_, nullptr, nullptr);
     for (auto& w : watches_) w->store->set_observer(nullptr);
     if (zero())
       for (Store* s : opt_->stores()) s->set_shard_collective(nullptr);
@@ -125,7 +126,7 @@ class DataParallel final : public optim::GradientReducer {
   };
   [[nodiscard]] NoSync no_sync() { return NoSync(*this); }
 
-  // --- what the optimizer calls ---------------------------------------------------
+  // --- what the optimizer's gradients call ---------------------------------------------------
   // Sums every gradient over the ranks: buckets started during backward land,
   // the others start now, all in one order that every rank shares.
   void reduce_gradients() override {
@@ -146,8 +147,9 @@ class DataParallel final : public optim::GradientReducer {
     comm_->all_gather(*ctx_, slots_.data(), sizeof(GradStats));
     for_each(*ctx_, 1, detail::CombineSlotsOp{stats, slots_.data(), comm_->size()});
   }
+  // --- what the optimizer's update calls -------------------------------------------
   // ZeRO-1: each rank's updated shard, in the stored type, to every rank.
-  void gather_parameters() override {
+  void after_update() override {
     if (!zero()) return;
     for (Store* s : opt_->stores()) {
       send_shards(s->template arena<nn::role::weight>(), s->template shard_bounds<nn::role::weight>());
@@ -200,7 +202,7 @@ class DataParallel final : public optim::GradientReducer {
                                 "step: wrap the earlier micro-batches' backward in no_sync(), or use the optimizer's "
                                 "accumulation_steps");
       op = 0, next = 0;
-      launching = ddp->options_.overlap && learned && ddp->no_sync_ == 0 && ddp->opt_->steps_next();
+      launching = ddp->options_.overlap && learned && ddp->no_sync_ == 0 && optim::detail::Wiring::steps_next(*ddp->opt_);
       if (launching) launch_ready();
     }
     void gradient_touched(int param) override {
@@ -317,74 +319,6 @@ class DataParallel final : public optim::GradientReducer {
       if ((end - table[i].offset) * sizeof(G) >= options_.bucket_bytes) close(table[i].offset);
     }
     if (!b.params.empty()) close(0);
-  }
-
-  // Every rank must hold the same model: the same parameters, shapes and roles.
-  void check_same_model() {
-    std::vector<std::int64_t> mine;
-    for (Store* s : opt_->stores()) {
-      std::uint64_t hash = fnv_basis;  // over names, shapes and roles
-      auto mix = [&](std::uint64_t v) { hash = fnv1a(hash, v); };
-      std::int64_t elements = 0;
-      for (const auto& p : s->table()) {
-        for (char c : p.name) mix(static_cast<unsigned char>(c));
-        for (int d = 0; d < p.shape.rank(); ++d) mix(static_cast<std::uint64_t>(p.shape[d]));
-        mix(static_cast<std::uint64_t>(p.kind));
-        elements += static_cast<std::int64_t>(p.count);
-      }
-      mine.insert(mine.end(), {static_cast<std::int64_t>(s->table().size()), elements, static_cast<std::int64_t>(hash)});
-    }
-    const char* what[] = {"parameters", "elements", "layout hash"};
-    const auto ranks = comm_->all_gather(static_cast<std::int64_t>(mine.size()));
-    for (int r = 0; r < comm_->size(); ++r)
-      AMP_REQUIRE(ranks[static_cast<std::size_t>(r)] == ranks[0], "DataParallel: rank ", r, " trains ",
-                  ranks[static_cast<std::size_t>(r)] / 3, " models, rank 0 ", ranks[0] / 3);
-    for (std::size_t k = 0; k < mine.size(); ++k) {
-      const auto all = comm_->all_gather(mine[k]);
-      for (int r = 1; r < comm_->size(); ++r)
-        AMP_REQUIRE(all[static_cast<std::size_t>(r)] == all[0], "DataParallel: the ranks hold different models: rank ", r,
-                    " has ", all[static_cast<std::size_t>(r)], " ", what[k % 3], " in model ", k / 3, ", rank 0 has ",
-                    all[0], " (every rank must build the same model)");
-    }
-  }
-
-  // One FNV-1a step: the set-up checks' fingerprints of what every rank holds.
-  static constexpr std::uint64_t fnv_basis = 1469598103934665603ull;
-  static std::uint64_t fnv1a(std::uint64_t hash, std::uint64_t v) { return (hash ^ v) * 1099511628211ull; }
-
-  // ZeRO-1 needs models built with this rank's shard; data parallel without it, unsharded ones.
-  void check_shards() const {
-    for (Store* s : opt_->stores()) {
-      const nn::Shard& sh = s->shard();
-      if (zero())
-        AMP_REQUIRE(sh.rank == comm_->rank() && sh.ranks == comm_->size(), "DataParallel(zero = 1): build the model "
-                    "with .shard = {", comm_->rank(), ", ", comm_->size(), "} (this rank of the job); it has shard ",
-                    sh.rank, " of ", sh.ranks);
-      else
-        AMP_REQUIRE(!s->sharded(), "DataParallel: the model is built with a shard (ZeRO-1): construct DataParallel "
-                                   "with zero = 1");
-    }
-  }
-
-  // ZeRO-1: no rank holds every master to send, so the ranks must start alike
-  // (the same seed, or the same checkpoint loaded on each): their values and buffers are compared.
-  void check_same_values() {
-    for (Store* s : opt_->stores()) {
-      std::uint64_t hash = fnv_basis;
-      auto mix = [&](auto span) {
-        const auto host = download(*ctx_, Span<const std::remove_const_t<std::remove_reference_t<decltype(*span.data)>>>(span));
-        const auto* bytes = reinterpret_cast<const unsigned char*>(host.data());
-        for (std::size_t i = 0; i < host.size() * sizeof(host[0]); ++i) hash = fnv1a(hash, bytes[i]);
-      };
-      mix(s->template arena<nn::role::weight>().values());
-      mix(s->template arena<nn::role::norm>().values());
-      mix(s->buffer_values());
-      const auto all = comm_->all_gather(static_cast<std::int64_t>(hash));
-      for (int r = 1; r < comm_->size(); ++r)
-        AMP_REQUIRE(all[static_cast<std::size_t>(r)] == all[0], "DataParallel(zero = 1): rank ", r,
-                    " starts from other parameter values than rank 0: under ZeRO-1 no rank holds every master to "
-                    "send, so build every rank's model with the same seed (or load the same checkpoint on each)");
-    }
   }
 
   template <class Arena>

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "amp/backend/buffer.hpp"
-#include "amp/backend/host/algorithm.hpp"
 #include "amp/core/numeric.hpp"
 #include "amp/core/span.hpp"
 
@@ -46,6 +45,24 @@ struct CombineGradStats {
   AMP_HOST_DEVICE GradStats operator()(const GradStats& a, const GradStats& b) const {
     return {a.sumsq + b.sumsq, fmaxf(a.maxabs, b.maxabs), a.nonfinite + b.nonfinite};
   }
+  // The CPU's fold of a run (the host's transform_reduce asks for it): each
+  // field its own vector reduction, fp64 sums per lane; the GPU combines
+  // pairs in CUB's tree instead.
+  template <class G>
+  GradStats fold(const GradStatsOf<G>& map, std::size_t begin, std::size_t end) const {
+    double sumsq = 0.0;
+    float maxabs = 0.0f;
+    int nonfinite = 0;
+    const auto first = static_cast<std::int64_t>(begin), last = static_cast<std::int64_t>(end);
+#pragma omp simd reduction(+ : sumsq, nonfinite) reduction(max : maxabs)
+    for (std::int64_t i = first; i < last; ++i) {
+      const GradStats s = map(static_cast<std::size_t>(i));
+      sumsq += s.sumsq;
+      maxabs = maxabs > s.maxabs ? maxabs : s.maxabs;
+      nonfinite += s.nonfinite;
+    }
+    return {sumsq, maxabs, nonfinite};
+  }
 };
 
 // into (+)= from, on the device: the stats of several arenas as one.
@@ -58,34 +75,8 @@ struct AddGradStatsOp {
 }  // namespace detail
 
 // Writes the statistics of `grads` to `out` (backend memory); no host sync.
-// On the CPU an OpenMP SIMD reduction (fp64 sums per lane; deterministic for a
-// given thread count), on the GPU CUB's (see transform_reduce).
-namespace detail {
-template <class G>
-AMP_HOST_CLONES void grad_stats_now(int threads, Span<const G> grads, GradStats* out) {
-  double sumsq = 0.0;
-  float maxabs = 0.0f;
-  int nonfinite = 0;
-  const GradStatsOf<G> map{grads.data};
-  const auto n = static_cast<std::int64_t>(grads.size);
-#pragma omp parallel for simd num_threads(threads) reduction(+ : sumsq, nonfinite) reduction(max : maxabs) \
-    if (n >= host_parallel_threshold)
-  for (std::int64_t i = 0; i < n; ++i) {
-    const GradStats s = map(static_cast<std::size_t>(i));
-    sumsq += s.sumsq;
-    maxabs = maxabs > s.maxabs ? maxabs : s.maxabs;
-    nonfinite += s.nonfinite;
-  }
-  *out = {sumsq, maxabs, nonfinite};
-}
-}  // namespace detail
-
-template <class G>
-void grad_stats(Context<host>& ctx, Span<const G> grads, GradStats* out) {
-  ctx.count_launch();
-  ctx.issue([threads = ctx.threads(), grads, out] { detail::grad_stats_now(threads, grads, out); });
-}
-
+// The backend's transform_reduce: on the CPU fixed chunks folded as vector
+// reductions (deterministic for any thread count), on the GPU CUB's.
 template <class Ctx, class G>
 void grad_stats(Ctx& ctx, Span<const G> grads, GradStats* out) {
   transform_reduce(ctx, grads.size, detail::GradStatsOf<G>{grads.data}, detail::CombineGradStats{}, GradStats{}, out);
@@ -117,26 +108,6 @@ struct TotalStatsOp {
     *total = s;
   }
 };
-}  // namespace detail
-
-namespace detail {
-// out[k] = the statistics of elements [begins[k], ends[k]): on the CPU a thread a chunk (grad_stats_now's
-// vector loop), elsewhere the backend's segmented reduction (CUB's: a block a chunk).
-template <class G>
-void chunk_stats(Context<host>& ctx, Span<const G> grads, std::size_t n, const std::size_t* begins,
-                 const std::size_t* ends, GradStats* out) {
-  ctx.count_launch();
-  ctx.issue([threads = ctx.threads(), data = grads.data, n, begins, ends, out] {
-    const auto count = static_cast<std::int64_t>(n);
-#pragma omp parallel for num_threads(threads) schedule(static) if (count > 1)
-    for (std::int64_t k = 0; k < count; ++k) grad_stats_now(1, Span<const G>(data + begins[k], ends[k] - begins[k]), out + k);
-  });
-}
-template <class Ctx, class G>
-void chunk_stats(Ctx& ctx, Span<const G> grads, std::size_t n, const std::size_t* begins, const std::size_t* ends,
-                 GradStats* out) {
-  segmented_transform_reduce(ctx, n, begins, ends, GradStatsOf<G>{grads.data}, CombineGradStats{}, GradStats{}, out);
-}
 }  // namespace detail
 
 // The statistics of each tensor of a gradient arena (per-tensor norms) and
@@ -180,7 +151,8 @@ class TensorStats {
     GradStats* chunks = chunk_stats_.data();
     const std::size_t* begins = bounds_.data();
     const std::size_t* ends = begins + chunks_;
-    detail::chunk_stats(ctx, grads, chunks_, begins, ends, chunks);
+    segmented_transform_reduce(ctx, chunks_, begins, ends, detail::GradStatsOf<G>{grads.data}, detail::CombineGradStats{},
+                               GradStats{}, chunks);
     for_each(ctx, tensors_, detail::TensorStatsOp{chunks, first_.data(), per_tensor});
     for_each(ctx, 1, detail::TotalStatsOp{per_tensor, tensors_, total, first});
   }

@@ -4,16 +4,16 @@
 // loss scaling, nothing is multiplied or divided at all; the non-finite check
 // stays, so no level trains on NaN.
 //
-// The scaler owns the check, the unscaling and the verdict; an optimizer
-// (optim/optimizer.hpp) owns its update. As in PyTorch: unscale(opt) checks
-// that optimizer's gradients (one device-side reduction, no host sync) and
-// moves them, unscaled, into fp32, where they can be read and edited;
-// step(opt) checks them if unscale() did not and applies the optimizer's step
-// at once, skipped on the device if that optimizer's gradients overflowed (the
-// verdict is per optimizer); update() backs the scale off if any optimizer it
-// checked overflowed, or grows it. Calls out of order are errors: unscale() or
-// step() twice for one optimizer, update() without a step or unscale, a scaled
-// backward after this iteration's step or unscale.
+// A scaler decides what its scale means for one optimizer's gradients of the
+// iteration (scaling/gradients.hpp): unscale(opt) checks them (one
+// device-side reduction, no host sync) and moves them, unscaled, into fp32,
+// where they can be read and edited; step(opt) checks them unless unscale()
+// did and hands the optimizer's update the record of that check (the update
+// is skipped on the device if that optimizer's gradients overflowed: the
+// verdict is per optimizer, as in PyTorch); update() backs the scale off if
+// any optimizer it checked overflowed, or grows it. Calls out of order are
+// errors: unscale() or step() twice for one optimizer, update() without a
+// step or unscale, a scaled backward after this iteration's step or unscale.
 //
 // Scale, counters and the verdict live in backend memory and are updated
 // there; the host watches a lagging mirror of them to stop a diverged run
@@ -27,6 +27,7 @@
 #include "amp/backend/buffer.hpp"
 #include "amp/backend/host/mirror.hpp"
 #include "amp/scaling/grad_stats.hpp"
+#include "amp/scaling/step_record.hpp"
 #include "amp/policy.hpp"
 
 namespace amp {
@@ -138,11 +139,10 @@ class LossScaler {
     return ScaledLoss<Loss, LossScaler>(loss, *this);
   }
 
-  // A scaled backward is about to run: only before this iteration's steps.
-  void before_backward() {
-    AMP_REQUIRE(records_.empty(), "loss scaler: a scaled backward after this iteration's step() or unscale(); call "
-                                  "update() first (every backward of an iteration comes before its first step)");
-    scaled_ = true;
+  // Its scale can differ from 1: a backward of the loss as it is would then
+  // be divided by it (a static 1.0, O3's default, multiplies nothing).
+  bool multiplies() const {
+    return Mode == scaling::dynamic || (Mode == scaling::static_scale && cfg_.init_scale != 1.0f);
   }
   // Whether a backward of this iteration was scaled by this scaler (until update()).
   bool scaled_this_iteration() const { return scaled_; }
@@ -153,26 +153,34 @@ class LossScaler {
   // shares add.
   template <class Optimizer>
   void unscale(Optimizer& opt) {
-    Record& r = record(&opt);
+    unscale_gradients(opt.gradients());
+  }
+  template <class Gradients>
+  void unscale_gradients(Gradients& grads) {
+    const Record r = find(&grads);
     AMP_REQUIRE(!r.unscaled, "loss scaler: unscale() was already called for this optimizer since the last update()");
     AMP_REQUIRE(!r.stepped, "loss scaler: unscale() after this optimizer's step()");
-    unscale_share(opt.gradients(), r);
+    unscale_share(grads);
   }
 
-  // Applies the optimizer's step now, as PyTorch's scaler.step(opt): checks
-  // its gradients first unless unscale() did, and the step is skipped on the
-  // device if they overflowed.
+  // Applies the optimizer's step now, as PyTorch's scaler.step(opt): its
+  // update consumes this scaler's record of its gradients.
   template <class Optimizer>
   void step(Optimizer& opt) {
-    Record& r = record(&opt);
+    detail::StepAccess::update(opt, for_step(opt.gradients()));
+  }
+  // The record one optimizer's update consumes: its gradients checked first
+  // unless unscale() did. Once per optimizer and iteration.
+  template <class Gradients>
+  StepRecord for_step(Gradients& grads) {
+    const Record r = find(&grads);
     AMP_REQUIRE(!r.stepped, "loss scaler: step() was already called for this optimizer since the last update()");
-    auto& grads = opt.gradients();
     if (!r.unscaled) {
-      if (grads.unscaled()) unscale_share(grads, r);  // another scaler's share is in fp32: this one joins it
-      else grads.check(&state_.data()->found_inf);
+      if (grads.unscaled()) unscale_share(grads);  // another scaler's share is in fp32: this one joins it
+      else grads.check(&state_.data()->found_inf, multiplies());
     }
-    opt.apply(scale_ptr());
-    r.stepped = true;
+    keep(&grads).stepped = true;
+    return grads.record(scale_ptr());
   }
 
   // Ends the iteration: backs the scale off if any gradient this scaler
@@ -183,8 +191,7 @@ class LossScaler {
     for_each(*ctx_, 1, detail::UpdateScaleOp<Mode>{state_.data(), cfg_});
     records_.clear();
     scaled_ = false;
-    if (ctx_->capturing()) ctx_->after_each_replay([this] { watch_divergence(); });  // the mirror's copy is host work
-    else watch_divergence();
+    ctx_->after_step_on_host([this] { watch_divergence(); });  // the mirror's copy is host work
   }
   // Sets the scale (PyTorch's update(new_scale)), after ending the iteration if one is open.
   void update(float new_scale) {
@@ -221,21 +228,37 @@ class LossScaler {
     return cfg;
   }
 
-  // What this scaler did to one optimizer in this iteration.
+  // A scaled backward is about to run: only before this iteration's steps.
+  template <class, class>
+  friend class ScaledLoss;
+  void before_backward() {
+    AMP_REQUIRE(records_.empty(), "loss scaler: a scaled backward after this iteration's step() or unscale(); call "
+                                  "update() first (every backward of an iteration comes before its first step)");
+    scaled_ = true;
+  }
+
+  // What this scaler did to one optimizer's gradients in this iteration.
   struct Record {
-    const void* optimizer;
+    const void* gradients;
     bool unscaled = false, stepped = false;
   };
-  Record& record(const void* opt) {
-    for (auto& r : records_)
-      if (r.optimizer == opt) return r;
-    return records_.emplace_back(Record{opt});
+  // This iteration's record of one optimizer's gradients (a blank one if none yet).
+  Record find(const void* grads) const {
+    for (const auto& r : records_)
+      if (r.gradients == grads) return r;
+    return Record{grads};
   }
+  Record& keep(const void* grads) {
+    for (auto& r : records_)
+      if (r.gradients == grads) return r;
+    return records_.emplace_back(Record{grads});
+  }
+  // Checks (a throw changes nothing) and unscales one optimizer's gradients.
   template <class Gradients>
-  void unscale_share(Gradients& grads, Record& r) {
-    grads.check(&state_.data()->found_inf);
+  void unscale_share(Gradients& grads) {
+    grads.check(&state_.data()->found_inf, multiplies());
     grads.unscale(scale_ptr());
-    r.unscaled = true;
+    keep(&grads).unscaled = true;
   }
 
   void watch_divergence() {

@@ -7,17 +7,22 @@ bool use_scaler() {
   amp::Context<amp::host> ctx;
   amp::DynamicLossScaler<amp::host> scaler(ctx, {.init_scale = 8.0f});
   struct Gradients {  // what an optimizer's gradients offer a scaler
+    bool scaled_check = false;
     bool unscaled() const { return false; }
-    void check(int* found) { *found = 1; }
+    void check(int* found_inf, bool scales) {
+      *found_inf = 1;
+      scaled_check = scales;
+    }
     void unscale(const float*) {}
+    amp::StepRecord record(const float* scale) { return {.scale = scale}; }
   } grads;
-  struct Optimizer {
+  struct Optimizer {  // and what an optimizer offers it: the update that consumes the record
     Gradients* g;
-    bool applied = false;
+    bool updated = false;
     Gradients& gradients() { return *g; }
-    void apply(const float*) { applied = true; }
+    void update(const amp::StepRecord&) { updated = true; }
   } opt{&grads};
   scaler.step(opt);
   scaler.update();
-  return opt.applied && scaler.stats().scale == 4.0f && scaler.stats().skipped == 1;
+  return opt.updated && grads.scaled_check && scaler.stats().scale == 4.0f && scaler.stats().skipped == 1;
 }

@@ -169,6 +169,35 @@ void for_each_row(Context<cuda>& ctx, std::size_t rows, std::int64_t width, Op o
 }
 
 namespace detail {
+template <class T, class Prologue>
+struct PrologueOp {
+  T* slot;
+  Prologue prologue;
+  __device__ void operator()(std::size_t) const { *slot = prologue(); }
+};
+struct LaunchOn {
+  Context<cuda>* ctx;
+  template <class F>
+  void each(std::size_t n, F f) const {
+    for_each(*ctx, n, f);
+  }
+  template <class Op>
+  void rows(std::size_t rows, std::int64_t width, Op op) const {
+    for_each_row(*ctx, rows, width, op);
+  }
+};
+}  // namespace detail
+
+// A one-item prologue, then launches that read its value (see the host's
+// twin): *slot = prologue() on the device, and body(launch, slot) launches
+// kernels that read *slot there, so nothing waits for the host.
+template <class T, class Prologue, class Body>
+void after_prologue(Context<cuda>& ctx, T* slot, Prologue prologue, Body body) {
+  for_each(ctx, 1, detail::PrologueOp<T, Prologue>{slot, prologue});
+  body(detail::LaunchOn{&ctx}, static_cast<const T*>(slot));
+}
+
+namespace detail {
 template <class T>
 struct ZeroOf {
   __host__ __device__ T operator()(std::size_t) const { return T{}; }

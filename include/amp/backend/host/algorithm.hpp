@@ -72,6 +72,50 @@ void for_each_row(Context<host>& ctx, std::size_t rows, std::int64_t width, Op o
   for_each(ctx, rows, detail::RowAsItem<Op>{op}, static_cast<std::size_t>(width));
 }
 
+namespace detail {
+// The launches of a body after a prologue (see after_prologue): counted as
+// the GPU issues them, or run now, inside the prologue's launch.
+struct CountLaunches {
+  Context<host>* ctx;
+  template <class F>
+  void each(std::size_t n, F) const {
+    if (n) ctx->count_launch();
+  }
+  template <class Op>
+  void rows(std::size_t rows, std::int64_t, Op) const {
+    if (rows) ctx->count_launch();
+  }
+};
+struct LaunchNow {
+  int threads;
+  template <class F>
+  void each(std::size_t n, F f) const {
+    if (n) for_each_now(threads, n, f, 1);
+  }
+  template <class Op>
+  void rows(std::size_t rows, std::int64_t width, Op op) const {
+    if (rows) for_each_now(threads, rows, RowAsItem<Op>{op}, static_cast<std::size_t>(width));
+  }
+};
+}  // namespace detail
+
+// A one-item prologue, then launches that read its value (an optimizer step:
+// its values from the verdict, then the passes): *slot = prologue(), then
+// body(launch, values) issues launch.each(n, f) and launch.rows(rows, width,
+// op). Here the prologue runs on the host inside the one launch, and the
+// body gets its value by value (so its loops vectorise and a skipped step can
+// launch nothing); the GPU's twin passes a pointer to *slot.
+template <class T, class Prologue, class Body>
+void after_prologue(Context<host>& ctx, T* slot, Prologue prologue, Body body) {
+  ctx.count_launch();
+  body(detail::CountLaunches{&ctx}, T{});
+  ctx.issue([threads = ctx.threads(), slot, prologue, body] {
+    const T v = prologue();
+    *slot = v;
+    body(detail::LaunchNow{threads}, v);
+  });
+}
+
 // Sizes the workspace of a transform_reduce of n items of T now (a model's
 // build), so that the reductions of a training step allocate nothing.
 template <class T>
@@ -98,31 +142,62 @@ void convert(Context<host>& ctx, Span<const From> in, Span<To> out) {
 }
 
 namespace detail {
+// combine over map(i), i in [begin, end), from init: a combine that knows a
+// faster fold of a run on the CPU (fold(map, begin, end): the gradient
+// statistics' fields as separate vector reductions) gives the same value up
+// to the order of its sums.
+template <class T, class Map, class Combine>
+T fold(const Map& map, const Combine& combine, T init, std::size_t begin, std::size_t end) {
+  if constexpr (requires { combine.fold(map, begin, end); }) {
+    return begin < end ? combine(init, combine.fold(map, begin, end)) : init;
+  } else {
+    T acc = init;
+    for (std::size_t i = begin; i < end; ++i) acc = combine(acc, map(i));
+    return acc;
+  }
+}
+
 template <class T, class Map, class Combine>
 AMP_HOST_CLONES void transform_reduce_now(int threads, std::size_t n, Map map, Combine combine, T init, T* out,
                                           T* partial) {
   const std::size_t chunk = host_reduce_chunk;
   const std::size_t chunks = (n + chunk - 1) / chunk;
   if (chunks <= 1) {
-    T acc = init;
-    for (std::size_t i = 0; i < n; ++i) acc = combine(acc, map(i));
-    *out = acc;
+    *out = fold(map, combine, init, 0, n);
     return;
   }
   const auto count = static_cast<std::int64_t>(chunks);
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (std::int64_t c = 0; c < count; ++c) {
     const std::size_t begin = static_cast<std::size_t>(c) * chunk;
-    const std::size_t end = begin + chunk < n ? begin + chunk : n;
-    T acc = init;
-    for (std::size_t i = begin; i < end; ++i) acc = combine(acc, map(i));
-    partial[c] = acc;
+    partial[c] = fold(map, combine, init, begin, begin + chunk < n ? begin + chunk : n);
   }
   T acc = init;
   for (std::size_t c = 0; c < chunks; ++c) acc = combine(acc, partial[c]);
   *out = acc;
 }
+
+template <class T, class Map, class Combine>
+AMP_HOST_CLONES void segmented_transform_reduce_now(int threads, std::size_t segments, const std::size_t* begins,
+                                                    const std::size_t* ends, Map map, Combine combine, T init, T* out) {
+  const auto count = static_cast<std::int64_t>(segments);
+#pragma omp parallel for num_threads(threads) schedule(static) if (count > 1)
+  for (std::int64_t k = 0; k < count; ++k) out[k] = fold(map, combine, init, begins[k], ends[k]);
+}
 }  // namespace detail
+
+// out[k] = combine over map(i), i in [begins[k], ends[k]), for each segment
+// k (begins and ends in host memory here, device memory on the GPU): a
+// thread a segment here, a block a segment (CUB's) on the GPU.
+template <class T, class Map, class Combine>
+void segmented_transform_reduce(Context<host>& ctx, std::size_t segments, const std::size_t* begins,
+                                const std::size_t* ends, Map map, Combine combine, T init, T* out) {
+  if (segments == 0) return;
+  ctx.count_launch();
+  ctx.issue([threads = ctx.threads(), segments, begins, ends, map, combine, init, out] {
+    detail::segmented_transform_reduce_now(threads, segments, begins, ends, map, combine, init, out);
+  });
+}
 
 // *out = combine(... combine(init, map(0)) ..., map(n-1)), written to `out`
 // (host memory here, device memory on the CUDA twin) so no caller has to sync.

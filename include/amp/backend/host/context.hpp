@@ -24,6 +24,9 @@ class Context<host> : public ContextBase<Context<host>> {
   ~Context() { release_scratch(); }
 
   int threads() const { return threads_; }
+  // Every policy runs on the CPU (the GPU's context checks the device's support).
+  template <class P>
+  void require() const {}
   std::string_view device_name() const { return "cpu"; }
   const std::string& cpu_name() const { return detail::host_cpu().name; }
 

@@ -4,7 +4,7 @@
 
 namespace examples {
 
-struct StepRecord {
+struct StepFigures {
   float loss, scale;
   long long skipped;
 };
