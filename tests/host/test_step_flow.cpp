@@ -219,3 +219,10 @@ TEST_CASE("a captured forward and backward, stepped eagerly after each replay: t
   CHECK(opt.applied_steps() == 3);
   CHECK(weights(captured) == weights(eager));
 }
+
+TEST_CASE("LAMB's pre-normalisation is its own option: a StepOptions max_grad_norm is refused, naming it") {
+  Context<host> ctx;
+  ParamFixture<O0Policy, host> f(ctx, {1.0f});
+  const auto build = [&] { optim::LAMB<O0Policy, host> opt(*f.params, {}, {.max_grad_norm = 2.0f}); };
+  CHECK_THROWS_WITH_AS(build(), doctest::Contains("LambOptions::max_grad_norm"), Error);
+}
