@@ -3,8 +3,12 @@
 scale, the epoch time and the peak memory by category, side by side in one figure (PNG and SVG).
 
 usage: plot.py RESULTS.json STEPS.csv OUT.png     (the SVG goes beside the PNG)
+       plot.py --numerics NUMERICS.csv OUT.png
 
-RESULTS.json and STEPS.csv are what fashion_mnist (or char_lm) write with --json and --csv."""
+RESULTS.json and STEPS.csv are what fashion_mnist (or char_lm) write with --json and --csv. With --numerics N they
+also write STEPS_numerics.csv; found beside STEPS.csv, it is drawn too, as OUT_numerics.png: per level, heat maps of
+tensors x steps (the fraction of each tensor that is zero or subnormal in its stored type, log2 of its amax, and for
+FP8 operands the share of the format's range their scaled amax reaches)."""
 import csv
 import json
 import math
@@ -125,9 +129,68 @@ def main(results_path, steps_path, out_png):
     fig.savefig(out_png, dpi=110)
     fig.savefig(os.path.splitext(out_png)[0] + ".svg")
     print(f"plot: {out_png} (and .svg)")
+    numerics = os.path.splitext(steps_path)[0] + "_numerics.csv"
+    if os.path.exists(numerics):
+        plot_numerics(numerics, os.path.splitext(out_png)[0] + "_numerics.png")
+
+
+def heat_map(ax, fig, rows, value, label, cmap, vmin=None, vmax=None):
+    """Tensors (in the order they first appear) x report steps, coloured by value(row)."""
+    tensors, steps = [], sorted({int(r["step"]) for r in rows})
+    for r in rows:
+        key = f"{r['tensor']} ({r['kind']})"
+        if key not in tensors:
+            tensors.append(key)
+    grid = [[math.nan] * len(steps) for _ in tensors]
+    for r in rows:
+        grid[tensors.index(f"{r['tensor']} ({r['kind']})")][steps.index(int(r["step"]))] = value(r)
+    image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap=cmap, vmin=vmin, vmax=vmax)
+    ax.set_yticks(range(len(tensors)))
+    ax.set_yticklabels(tensors, fontsize=max(4, min(8, 400 // max(len(tensors), 1))))
+    ticks = list(range(0, len(steps), max(1, len(steps) // 8)))
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([steps[i] for i in ticks])
+    ax.set_xlabel("step")
+    fig.colorbar(image, ax=ax, label=label)
+
+
+def plot_numerics(path, out_png):
+    by_level = defaultdict(list)
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            by_level[row["level"]].append(row)
+    if not by_level:
+        print(f"plot: {path} has no rows")
+        return
+    kinds = [("values at risk: zero or subnormal", lambda r: r["kind"] != "fp8",
+              lambda r: float(r["zero"]) + float(r["subnormal"]), "fraction", "magma_r", 0.0, 1.0),
+             ("log2 amax", lambda r: r["kind"] != "fp8",
+              lambda r: math.log2(float(r["amax"])) if float(r["amax"]) > 0 else math.nan, "log2 |x| max", "viridis",
+              None, None),
+             ("FP8 operands: amax x scale / format max", lambda r: r["kind"] == "fp8", lambda r: float(r["range"]),
+              "share of range", "cividis", 0.0, 1.0)]
+    kinds = [k for k in kinds if any(k[1](r) for rows in by_level.values() for r in rows)]
+    levels = list(by_level)
+    fig, axes = plt.subplots(len(kinds), len(levels), figsize=(6.5 * len(levels), 7 * len(kinds)), squeeze=False)
+    for j, level in enumerate(levels):
+        for i, (title, keep, value, label, cmap, vmin, vmax) in enumerate(kinds):
+            rows = [r for r in by_level[level] if keep(r)]
+            ax = axes[i][j]
+            if not rows:
+                ax.axis("off")
+                continue
+            heat_map(ax, fig, rows, value, label, cmap, vmin, vmax)
+            ax.set_title(f"{level}: {title}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=90)
+    fig.savefig(os.path.splitext(out_png)[0] + ".svg")
+    print(f"plot: {out_png} (and .svg)")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
+    if len(sys.argv) == 4 and sys.argv[1] == "--numerics":
+        plot_numerics(*sys.argv[2:])
+    elif len(sys.argv) == 4:
+        main(*sys.argv[1:])
+    else:
         sys.exit(__doc__)
-    main(*sys.argv[1:])

@@ -27,6 +27,7 @@
 #include "common/json.hpp"
 #include "common/levels.hpp"
 #include "common/loop_table.hpp"
+#include "common/numerics.hpp"
 #include "common/run.hpp"
 
 namespace {
@@ -160,6 +161,12 @@ std::string to_csv(const std::vector<LevelResult>& results) {
   return c.str();
 }
 
+std::string to_numerics_csv(const std::vector<LevelResult>& results) {
+  std::vector<examples::LevelNumerics> levels;
+  for (const auto& r : results) levels.push_back({r.level, r.numerics});
+  return examples::numerics_csv(levels);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -180,6 +187,8 @@ int main(int argc, char** argv) try {
       .flag("train-subset", "0", "train on the first N images only (0: all 60000)", "N")
       .flag("json", "", "write the summary (settings, per level and per epoch) as JSON to FILE", "FILE")
       .flag("csv", "", "write every step (level, epoch, step, loss, loss scale, skipped) to FILE", "FILE")
+      .flag("numerics", "0", "every N steps, each tensor's zeros, subnormals, overflow, underflow and amax (and FP8 "
+            "ranges) into --csv's FILE_numerics.csv, and skipped steps named by tensor; 0: off", "N")
       .flag("predictions", "", "write the test set's predicted classes after training as CSV to FILE", "FILE")
       .flag("save", "", "save a checkpoint to FILE at each epoch end (one --opt-level)", "FILE")
       .flag("resume", "", "resume from a --save checkpoint and train on to --epochs", "FILE")
@@ -215,6 +224,9 @@ int main(int argc, char** argv) try {
   s.tty = isatty(fileno(stdout)) != 0;
   s.graph = args.on("graph");
   s.zero = args.integer("zero", 0, 1) == 1;
+  s.numerics = static_cast<int>(args.integer("numerics", 0, 1 << 30));
+  AMP_REQUIRE(!s.numerics || !args.str("csv").empty(), "--numerics writes its report beside --csv FILE: give --csv too");
+  AMP_REQUIRE(!s.numerics || !s.zero, "--numerics reads whole gradients: not with --zero 1");
   AMP_REQUIRE(!s.zero || args.on("distributed"), "--zero 1 shards over the ranks of --distributed yes");
   const auto levels = examples::parse_levels(args.str("opt-level"));
   s.save = args.str("save"), s.resume = args.str("resume"), s.export_to = args.str("export");
@@ -231,6 +243,7 @@ int main(int argc, char** argv) try {
   examples::Outputs outputs;  // refused now, not after hours of training; rank 0 writes them
   for (const char* flag : {"json", "csv", "predictions"})
     if (dist.leader()) outputs.add(std::string("--") + flag, args.str(flag));
+  if (dist.leader() && s.numerics) outputs.add("--numerics", examples::numerics_path(args.str("csv")));
 
   const auto train_set = first(amp::data::read_idx_pair(data_file(s.data, "train-images-idx3-ubyte"),
                                                         data_file(s.data, "train-labels-idx1-ubyte"), classes),
@@ -259,6 +272,7 @@ int main(int argc, char** argv) try {
   auto write_outputs = [&](bool complete) {
     outputs.write([&](const std::string& flag) {
                     if (flag == "--json") return to_json(s, device, details, train_set.count, results, complete);
+                    if (flag == "--numerics") return to_numerics_csv(results);
                     return flag == "--csv" ? to_csv(results) : to_predictions(results);
                   },
                   /*quiet=*/!complete);

@@ -10,6 +10,7 @@
 
 #include <amp/backend/backend.hpp>
 #include <amp/data/idx.hpp>
+#include <amp/model/numerics.hpp>
 #include <amp/policy.hpp>
 
 #include "common/fp8.hpp"
@@ -24,6 +25,7 @@ struct Settings {
   float lr = 0, momentum = 0, mean = 0, stddev = 1;  // the training set's pixel statistics
   std::int64_t batch = 0, train_subset = 0;
   int epochs = 0, threads = 0;
+  int numerics = 0;  // --numerics N: the numerics report every N steps (0: off)
   std::uint64_t seed = 0;
   bool tty = false, graph = false;
   bool zero = false;  // --zero 1: ZeRO stage 1 under --distributed
@@ -69,6 +71,7 @@ struct LevelResult {
   std::vector<StepLog> steps;
   std::vector<std::int32_t> predictions;  // the test set's, after the last epoch
   examples::Fp8Summary fp8;               // FP8 levels: layers and final scales
+  std::vector<amp::nn::NumericsRow> numerics;  // --numerics
 };
 
 // One opt level trained on a fresh context of backend B (alone, or as one rank of --distributed).

@@ -21,6 +21,7 @@
 #include "common/accuracy.hpp"
 #include "common/context.hpp"
 #include "common/distributed.hpp"
+#include "common/numerics.hpp"
 #include "common/record.hpp"
 #include "common/run.hpp"
 
@@ -38,9 +39,10 @@ using Cnn = amp::nn::Sequential<P, B, amp::nn::Conv2d, amp::nn::BatchNorm2d, amp
                                 amp::nn::Flatten, amp::nn::Linear, amp::nn::Linear>;
 
 template <amp::Policy P, amp::Backend B>
-Mlp<P, B> make_mlp(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed, amp::nn::Shard shard = {}) {
+Mlp<P, B> make_mlp(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed, amp::nn::Shard shard = {},
+                   int numerics = 0) {
   using amp::activation;
-  return Mlp<P, B>(ctx, {.max_batch = batch, .seed = seed, .shard = shard}, {.in_features = 784, .out_features = 256, .act = activation::relu},
+  return Mlp<P, B>(ctx, {.max_batch = batch, .seed = seed, .shard = shard, .numerics_every = numerics}, {.in_features = 784, .out_features = 256, .act = activation::relu},
                    {.in_features = 256, .out_features = 128, .act = activation::relu},
                    {.in_features = 128, .out_features = classes});
 }
@@ -49,10 +51,11 @@ Mlp<P, B> make_mlp(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed,
 // shard: this rank's ZeRO-1 shard (--zero 1).
 template <amp::Policy P, amp::Backend B>
 Cnn<P, B> make_cnn(amp::Context<B>& ctx, std::int64_t batch, std::uint64_t seed, amp::Collective<B>* sync = nullptr,
-                   amp::nn::Shard shard = {}) {
+                   amp::nn::Shard shard = {}, int numerics = 0) {
   using amp::activation;
   constexpr auto torch_init = amp::nn::initializer::torch_default;  // the PyTorch recipe starts as PyTorch does
-  return Cnn<P, B>(ctx, {.max_batch = batch, .seed = seed, .inputs = {{amp::Shape{28, 28, 1}}}, .shard = shard},
+  return Cnn<P, B>(ctx, {.max_batch = batch, .seed = seed, .inputs = {{amp::Shape{28, 28, 1}}}, .shard = shard,
+                         .numerics_every = numerics},
                    {.in_channels = 1, .out_channels = 32, .kernel = 3, .padding = 1, .init = torch_init},
                    {.features = 32, .sync = sync}, {}, {.kernel = 2},
                    {.in_channels = 32, .out_channels = 64, .kernel = 3, .padding = 1, .init = torch_init},
@@ -104,6 +107,14 @@ void close_epoch(amp::Context<B>& ctx, Model& model, Loader& test_data, const Se
   const EpochLog e{epoch, secs, loss_sum / static_cast<double>(recs.size()),
                    examples::accuracy(ctx, model, test_data, &r.predictions), recs.back().skipped - r.skipped,
                    recs.back().skipped, recs.back().scale};
+  auto& report = model.parameters().numerics();
+  if (report.on()) {
+    if (dist.leader())
+      examples::log_skips(r.level, report.step() - static_cast<long long>(recs.size()), recs, r.skipped,
+                          model.parameters().table());
+    const auto rows = report.take();
+    r.numerics.insert(r.numerics.end(), rows.begin(), rows.end());
+  }
   r.epochs.push_back(e);
   r.skipped = e.skipped_total;
   if (dist.leader())
@@ -146,6 +157,7 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
   LevelResult r;
   r.level = std::string(amp::policy_name<P>());
   r.parameters = parameter_rows(model.parameters());
+  auto& report = model.parameters().numerics();
   if (!s.import_from.empty()) amp::io::import_safetensors(s.import_from, model.parameters());
   int done = 0;  // epochs finished before this run (--resume)
   if (!s.resume.empty()) {
@@ -155,6 +167,7 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
     train_data.set_state({order, rng});
     AMP_REQUIRE(done < s.epochs, "--resume '", s.resume, "' has finished ", done, " epochs already; ask for more with --epochs");
     std::printf("  %-7s resumed from %s after epoch %d\n", r.level.c_str(), s.resume.c_str(), done);
+    report.set_step(done * train_data.batches());
   }
   std::vector<double> epoch_times;
   examples::LoopCounters loop;
@@ -166,8 +179,14 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
     const auto start = Clock::now();
     train_data.start_epoch();
     records.restart(ctx);
+    const long long epoch_first_step = report.step();
     for (std::int64_t b = 0; b < train_data.batches(); ++b) {
       if (examples::interrupted()) return r;  // not finished: the caller keeps only finished levels
+      // A run that diverges (an amp::Error) still logs its skipped steps, with their tensors.
+      examples::SkipLogOnError skip_log(report.on() && dist.leader(), [&] {
+        examples::log_skips(r.level, epoch_first_step, records.download(ctx, static_cast<std::size_t>(b)), r.skipped,
+                            model.parameters().table());
+      });
       loop.step(ctx, [&] {
         const auto batch = train_data.batch(b);
         auto step = [&, x = batch.x, labels = batch.labels] {
@@ -175,9 +194,10 @@ LevelResult train(amp::Context<B>& ctx, Model& model, const amp::data::LabelledI
           opt.zero_grad();
           amp::scale_loss(loss, opt).backward();
           opt.step();
-          records.record(ctx, loss, opt);
+          records.record(ctx, loss, opt, report.on() ? report.first_nonfinite() : nullptr);
         };
-        if (!s.graph || batch.x.shape[0] != s.batch) step();
+        // --numerics: reported steps run eagerly (a replay records what its capture did).
+        if (!s.graph || batch.x.shape[0] != s.batch || report.due()) step();
         else if (graph) graph->replay();
         else graph.emplace(ctx, step);  // this batch's eager step, then the capture
       });
@@ -217,10 +237,10 @@ LevelResult run_level(amp::Context<B>& ctx, const amp::data::LabelledImages& tr,
                       const Settings& s, amp::Collective<B>* comm) {
   const amp::nn::Shard shard = s.zero ? amp::nn::Shard{dist.rank, dist.ranks} : amp::nn::Shard{};
   if (s.model == "cnn") {
-    auto model = make_cnn<P>(ctx, s.batch, s.seed, comm, shard);  // SyncBatchNorm when distributed
+    auto model = make_cnn<P>(ctx, s.batch, s.seed, comm, shard, s.numerics);  // SyncBatchNorm when distributed
     return run_model<P>(ctx, model, tr, te, s, comm);
   }
-  auto model = make_mlp<P>(ctx, s.batch, s.seed, shard);
+  auto model = make_mlp<P>(ctx, s.batch, s.seed, shard, s.numerics);
   return run_model<P>(ctx, model, tr, te, s, comm);
 }
 

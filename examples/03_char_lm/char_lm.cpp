@@ -33,6 +33,7 @@
 #include "common/json.hpp"
 #include "common/levels.hpp"
 #include "common/loop_table.hpp"
+#include "common/numerics.hpp"
 #include "common/run.hpp"
 
 namespace {
@@ -183,6 +184,12 @@ std::string to_csv(const Settings& s, const std::vector<LevelResult>& results) {
   return c.str();
 }
 
+std::string to_numerics_csv(const std::vector<LevelResult>& results) {
+  std::vector<examples::LevelNumerics> levels;
+  for (const auto& r : results) levels.push_back({r.level, r.numerics});
+  return examples::numerics_csv(levels);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -234,6 +241,8 @@ int main(int argc, char** argv) try {
       .flag("import", "", "start from weights in transformers' GPT2LMHeadModel layout (safetensors)", "FILE")
       .flag("json", "", "write the summary as JSON to FILE", "FILE")
       .flag("csv", "", "write every step (level, interval, step, loss, loss scale, skipped) to FILE", "FILE")
+      .flag("numerics", "0", "every N steps, each tensor's zeros, subnormals, overflow, underflow and amax (and FP8 "
+            "ranges) into --csv's FILE_numerics.csv, and skipped steps named by tensor; 0: off", "N")
       .toggle("graph", false, "capture the training step once and replay it per batch (a CUDA graph on the GPU)")
       .toggle("distributed", false, "one rank of an MPI job (mpirun -np N ...); --batch-size is per rank");
   if (!args.parse(argc, argv)) return 0;
@@ -293,6 +302,9 @@ int main(int argc, char** argv) try {
   s.data = args.str("data");
   s.tty = isatty(fileno(stdout)) != 0;
   s.graph = args.on("graph");
+  s.numerics = static_cast<int>(args.integer("numerics", 0, 1 << 30));
+  AMP_REQUIRE(!s.numerics || !args.str("csv").empty(), "--numerics writes its report beside --csv FILE: give --csv too");
+  AMP_REQUIRE(!s.numerics || !s.zero, "--numerics reads whole gradients: not with --zero 1");
   const auto levels = examples::parse_levels(args.str("opt-level"));
   const bool gpu = examples::use_gpu(args.str("device"));
   // Checkpoints, weights files and generation belong to one model: one level.
@@ -309,6 +321,7 @@ int main(int argc, char** argv) try {
   if (dist.leader()) {  // rank 0 writes them
     outputs.add("--json", args.str("json"));
     outputs.add("--csv", args.str("csv"));
+    if (s.numerics) outputs.add("--numerics", examples::numerics_path(args.str("csv")));
   }
   if (!s.save.empty()) amp::io::check_writable(s.save, "--save");
   if (!s.export_to.empty()) amp::io::check_writable(s.export_to, "--export");
@@ -345,6 +358,7 @@ int main(int argc, char** argv) try {
   std::vector<LevelResult> results;
   auto write_outputs = [&](bool complete) {
     outputs.write([&](const std::string& flag) {
+                    if (flag == "--numerics") return to_numerics_csv(results);
                     return flag == "--json" ? to_json(s, device, details, corpus, results, complete) : to_csv(s, results);
                   },
                   !complete);

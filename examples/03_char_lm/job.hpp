@@ -11,6 +11,7 @@
 
 #include <amp/backend/backend.hpp>
 #include <amp/io/archive.hpp>
+#include <amp/model/numerics.hpp>
 #include <amp/policy.hpp>
 
 #include "common/fp8.hpp"
@@ -73,6 +74,7 @@ struct Settings {
   float lr = 0, min_lr = 0, weight_decay = 0, clip = 0;
   std::uint64_t seed = 1;
   int threads = 0;
+  int numerics = 0;  // --numerics N: the numerics report every N steps (0: off)
   std::string data;
   // One level: checkpoints, the Hugging Face layout, generation.
   std::string save, resume, export_to, import_from, prompt;
@@ -113,6 +115,7 @@ struct LevelResult {
   std::vector<examples::StepFigures> steps;
   std::string sample;
   examples::Fp8Summary fp8;  // FP8 levels: layers and final scales
+  std::vector<amp::nn::NumericsRow> numerics;  // --numerics
 };
 
 // One opt level trained (or --generate run) on a fresh context of backend B,

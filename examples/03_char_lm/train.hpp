@@ -16,6 +16,7 @@
 #include "03_char_lm/job.hpp"
 #include "common/context.hpp"
 #include "common/distributed.hpp"
+#include "common/numerics.hpp"
 #include "common/record.hpp"
 #include "common/run.hpp"
 
@@ -162,7 +163,8 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, 
   const std::uint64_t dropout_seed = s.seed + static_cast<std::uint64_t>(dist.rank) * 0x9E3779B97F4A7C15ull;
   const nn::Shard shard = s.zero ? nn::Shard{dist.rank, dist.ranks} : nn::Shard{};
   nn::Model<P, B, nn::GPT2<P, B>> model(
-      ctx, {.max_batch = s.batch, .seed = s.seed, .dropout_seed = dropout_seed, .fused_loss = s.fused_loss, .shard = shard},
+      ctx, {.max_batch = s.batch, .seed = s.seed, .dropout_seed = dropout_seed, .fused_loss = s.fused_loss, .shard = shard,
+            .numerics_every = s.numerics},
       gpt2_config(s.model));
   // AdamW as GPT-2 trains: no decay on biases and norms, warm-up then cosine, clipping.
   amp::optim::AdamW<P, B> opt(model.parameters(), {.lr = s.lr, .beta2 = 0.99f, .weight_decay = s.weight_decay},
@@ -201,24 +203,31 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, 
   examples::LoopCounters loop;
   const amp::TensorView<const std::int32_t> x(ids.data(), amp::Shape{s.batch, s.model.n_positions});
   const amp::Span<const std::int32_t> y(targets.span());
+  auto& report = model.parameters().numerics();
+  report.set_step(first);
   auto train_step = [&] {
     auto out = model.forward(ctx, x);
     auto loss = s.fused_loss ? nn::fused_cross_entropy(ctx, out, y, opt) : nn::cross_entropy(ctx, out, y);
     opt.zero_grad();
     amp::scale_loss(loss, opt).backward();
     opt.step();
-    records.record(ctx, loss, opt);
+    records.record(ctx, loss, opt, report.on() ? report.first_nonfinite() : nullptr);
   };
   std::optional<amp::CapturedStep<B>> graph;  // --graph: every batch has the same shape
   auto start = Clock::now();
   double interval = 0;  // training seconds since the last evaluation
   for (std::int64_t step = first; step < s.steps; ++step) {
     if (examples::interrupted()) return save_interrupted(s, c, model, opt, step, first), r;
+    // A run that diverges (an amp::Error) still logs its skipped steps, with their tensors.
+    examples::SkipLogOnError skip_log(report.on() && dist.leader(), [&] {
+      examples::log_skips(r.level, first, records.download(ctx, static_cast<std::size_t>(step - first)), 0,
+                          model.parameters().table());
+    });
     loop.step(ctx, [&] {
       fill_batch(s, c.train, step, true, stage_ids.next().data, stage_targets.next().data);
       stage_ids.upload(ids.span(), tokens);
       stage_targets.upload(targets.span(), tokens);
-      if (!s.graph) train_step();
+      if (!s.graph || report.due()) train_step();  // --numerics: reported steps run eagerly
       else if (graph) graph->replay();
       else graph.emplace(ctx, train_step);  // this batch's eager step, then the capture
     });
@@ -241,6 +250,8 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, 
       r.evaluations.push_back({step + 1, val, interval});
       interval = 0;
       log_evaluation(s, r.level, step, val, static_cast<double>((step + 1 - first) * tokens * dist.ranks) / train_seconds);
+      const auto rows = report.take();
+      r.numerics.insert(r.numerics.end(), rows.begin(), rows.end());
     }
     // --zero 1: every rank saves (the shards gather on rank 0, which writes).
     if (save_now && (dist.leader() || s.zero)) amp::io::save(s.save, model, opt, checkpoint_extras(s, c, step + 1));
@@ -256,6 +267,7 @@ LevelResult run_level(amp::Context<B>& ctx, const Settings& s, const Corpus& c, 
   std::sort(intervals.begin(), intervals.end());
   r.interval_seconds = intervals[intervals.size() / 2];
   r.skipped = r.steps.back().skipped;
+  if (report.on() && dist.leader()) examples::log_skips(r.level, first, r.steps, 0, model.parameters().table());
   r.final_scale = r.steps.back().scale;
   if (!s.export_to.empty() && (dist.leader() || s.zero))
     amp::io::export_safetensors(s.export_to, model.parameters(), amp::io::dtype::fp32, amp::io::hf_layout(model.net()));

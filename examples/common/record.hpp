@@ -26,8 +26,9 @@ struct RecordStepOp {
   RecordState* state;
   const amp::nn::LossValue* loss;
   const amp::ScalerState* scaler;
+  const std::int32_t* first_nonfinite;  // nullptr: not searched (the numerics report is off)
   AMP_HOST_DEVICE void operator()(std::size_t) const {
-    const StepFigures r{loss->value, scaler->scale, scaler->skipped};
+    const StepFigures r{loss->value, scaler->scale, scaler->skipped, first_nonfinite ? *first_nonfinite : -1};
     state->last = r;
     if (state->next < capacity) slots[state->next++] = r;
   }
@@ -43,10 +44,11 @@ class StepRecords {
   // The next step writes slot 0 again.
   void restart(amp::Context<B>& ctx) { amp::upload(ctx, state_.span(), &start_, 1); }
   // The step's record into the next slot (one launch; capturable).
+  // first_nonfinite: the model's numerics().first_nonfinite() when the report is on.
   template <class Loss, class Optimizer>
-  void record(amp::Context<B>& ctx, const Loss& loss, Optimizer& opt) {
+  void record(amp::Context<B>& ctx, const Loss& loss, Optimizer& opt, const std::int32_t* first_nonfinite = nullptr) {
     amp::for_each(ctx, 1, RecordStepOp{slots_.data(), static_cast<long long>(slots_.size()), state_.data(),
-                                       loss.value_ptr(), opt.scaler().state_ptr()});
+                                       loss.value_ptr(), opt.scaler().state_ptr(), first_nonfinite});
   }
   // The first n records (a sync).
   std::vector<StepFigures> download(amp::Context<B>& ctx, std::size_t n) const {
@@ -60,7 +62,7 @@ class StepRecords {
   }
 
  private:
-  static constexpr RecordState start_{0, {0.0f, 0.0f, 0}};
+  static constexpr RecordState start_{0, {0.0f, 0.0f, 0, -1}};
   amp::Buffer<StepFigures, B> slots_;
   amp::Buffer<RecordState, B> state_;
   amp::Mirror<RecordState, B> newest_;

@@ -7,6 +7,7 @@ namespace examples {
 struct StepFigures {
   float loss, scale;
   long long skipped;
+  int first_nonfinite;  // --numerics: the parameter where backward met an inf/NaN first (-1: none, or off)
 };
 
 }  // namespace examples

@@ -14,6 +14,7 @@
 //   fp8 (optional)    Linear layers' GEMMs in FP8: the formats, the scaling recipe
 //                     and which layers stay in compute_type<gemm> (see Fp8)
 // Sums (GEMM, reductions, statistics) always accumulate in fp32 or wider.
+#include <array>
 #include <concepts>
 #include <string_view>
 #include <type_traits>
@@ -215,5 +216,59 @@ constexpr std::string_view policy_name() {
   if constexpr (requires { P::name; }) return P::name;
   else return "user policy";
 }
+
+// --- a precision per layer ------------------------------------------------------------
+// A layer may compute at another precision than its model: nn::Linear<KeepFp32<P>, B>
+// in a model of policy P. Its inputs and outputs stay P's activation_type (the
+// layer converts at its boundary); its parameters live in P's store, in the role
+// its own policy's types pick (model/arena.hpp). A layer policy names its model's
+// policy as model_policy; a model's policy is its own.
+namespace detail {
+template <class Q>
+struct model_policy {
+  using type = Q;
+};
+template <class Q>
+  requires requires { typename Q::model_policy; }
+struct model_policy<Q> {
+  using type = typename Q::model_policy;
+};
+
+// "<a><b>" as a compile-time string_view.
+template <const std::string_view& A, const std::string_view& B>
+struct joined_name {
+  static constexpr auto chars = [] {
+    std::array<char, A.size() + B.size()> c{};
+    for (std::size_t i = 0; i < A.size(); ++i) c[i] = A[i];
+    for (std::size_t i = 0; i < B.size(); ++i) c[A.size() + i] = B[i];
+    return c;
+  }();
+  static constexpr std::string_view value{chars.data(), chars.size()};
+};
+template <class M>
+inline constexpr std::string_view policy_name_v = policy_name<M>();
+inline constexpr std::string_view keep_fp32_suffix = "+fp32", no_fp8_suffix = "+no-fp8";
+}  // namespace detail
+
+// The policy of the model a layer of policy Q belongs to.
+template <class Q>
+using model_policy_t = typename detail::model_policy<Q>::type;
+
+// A layer of a model of policy M kept in fp32: O0's types (fp32 weights without
+// a separate master, fp32 gradients, every op in fp32, no FP8); the model's scaler.
+template <Policy M>
+struct KeepFp32 : O0Policy {
+  using model_policy = model_policy_t<M>;
+  static constexpr scaling loss_scaling = M::loss_scaling;
+  static constexpr std::string_view name = detail::joined_name<detail::policy_name_v<M>, detail::keep_fp32_suffix>::value;
+};
+
+// A layer of a model of policy M with M's types but its GEMMs in compute_type<gemm>, not FP8.
+template <Policy M>
+struct NoFp8 : M {
+  using fp8 = void;  // no fp8::recipe: uses_fp8_v is false
+  using model_policy = model_policy_t<M>;
+  static constexpr std::string_view name = detail::joined_name<detail::policy_name_v<M>, detail::no_fp8_suffix>::value;
+};
 
 }  // namespace amp

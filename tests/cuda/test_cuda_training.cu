@@ -46,6 +46,11 @@ struct SmallCnn {
 
 template <class P, class B>
 using Mlp = nn::Sequential<P, B, nn::Linear, nn::Linear>;
+// The head kept in fp32 (a layer policy): its own role, its fp32 GEMM on cuBLAS.
+template <class P, class B>
+using Fp32Linear = nn::Linear<amp::KeepFp32<P>, B>;
+template <class P, class B>
+using MlpFp32Head = nn::Sequential<P, B, nn::Linear, Fp32Linear>;
 
 // 5 Adam steps on (x, labels); the fp32 view of every parameter afterwards.
 template <class Model, class B>
@@ -86,6 +91,69 @@ TEST_CASE_TEMPLATE("cuda: MLP training steps match the host backend at every lev
   Mlp<P, amp::host> mc(cpu, {.max_batch = 32, .seed = 7}, {.in_features = 20, .out_features = 24, .act = amp::activation::gelu},
                        {.in_features = 24, .out_features = 5});
   compare<P>(train(mg, gpu, x, amp::Shape{32, 20}, labels), train(mc, cpu, x, amp::Shape{32, 20}, labels));
+}
+
+TEST_CASE_TEMPLATE("cuda: a head kept in fp32 (KeepFp32) trains as on the host", P, amp::O2Policy, amp::O3Policy,
+                   amp::O2BF16Policy, AllFp8Policy) {
+  AMP_REQUIRE_GPU();
+  const auto x = random_values<float>(32 * 20, 4);
+  std::vector<std::int32_t> labels(32);
+  for (int r = 0; r < 32; ++r) labels[r] = r % 5;
+  Context<amp::cuda> gpu;
+  Context<amp::host> cpu;
+  MlpFp32Head<P, amp::cuda> mg(gpu, {.max_batch = 32, .seed = 7}, {.in_features = 20, .out_features = 24},
+                               {.in_features = 24, .out_features = 5});
+  MlpFp32Head<P, amp::host> mc(cpu, {.max_batch = 32, .seed = 7}, {.in_features = 20, .out_features = 24},
+                               {.in_features = 24, .out_features = 5});
+  CHECK(mg.parameters().table()[2].kind == nn::role::fp32);
+  compare<P>(train(mg, gpu, x, amp::Shape{32, 20}, labels), train(mc, cpu, x, amp::Shape{32, 20}, labels));
+}
+
+// The numerics report's rows after two reported steps (the first at the initial weights).
+template <class Model, class B>
+std::vector<nn::NumericsRow> report_rows(Model& model, Context<B>& ctx, const std::vector<float>& x, amp::Shape shape,
+                                         const std::vector<std::int32_t>& labels) {
+  train(model, ctx, x, shape, labels);  // 5 steps: reported, as numerics_every = 2, steps 0, 2 and 4
+  return model.parameters().numerics().take();
+}
+
+TEST_CASE_TEMPLATE("cuda: the numerics report (parameters, gradients, layer outputs, FP8 operands) matches the host's",
+                   P, amp::O2Policy, amp::O2BF16Policy, AllFp8Policy) {
+  AMP_REQUIRE_GPU();
+  const auto x = random_values<float>(32 * 32, 5);
+  std::vector<std::int32_t> labels(32);
+  for (int r = 0; r < 32; ++r) labels[r] = r % 5;
+  Context<amp::cuda> gpu;
+  Context<amp::host> cpu;
+  const nn::ModelOptions options{.max_batch = 32, .seed = 7, .numerics_every = 2};
+  Mlp<P, amp::cuda> mg(gpu, options, {.in_features = 32, .out_features = 32}, {.in_features = 32, .out_features = 5});
+  Mlp<P, amp::host> mc(cpu, options, {.in_features = 32, .out_features = 32}, {.in_features = 32, .out_features = 5});
+  const auto rg = report_rows(mg, gpu, x, amp::Shape{32, 32}, labels);
+  const auto rc = report_rows(mc, cpu, x, amp::Shape{32, 32}, labels);
+  REQUIRE(rg.size() == rc.size());
+  REQUIRE(!rc.empty());
+  for (std::size_t i = 0; i < rc.size(); ++i) {
+    const nn::NumericsRow &g = rg[i], &c = rc[i];
+    CAPTURE(c.step);
+    CAPTURE(c.tensor);
+    CAPTURE(c.kind);
+    CHECK(g.step == c.step);
+    CHECK(g.tensor == c.tensor);
+    CHECK(g.kind == c.kind);
+    CHECK(g.dtype == c.dtype);
+    CHECK(g.count == c.count);
+    CHECK(g.overflow == c.overflow);
+    if (c.step == 0 && c.kind == "parameter") {  // the same initial bits
+      CHECK(g.amax == c.amax);
+      CHECK(g.zero == c.zero);
+      CHECK(g.underflow == c.underflow);
+    } else {  // cuBLAS and CUB sum in another order than the CPU
+      CHECK(g.amax == doctest::Approx(c.amax).epsilon(0.02));
+      CHECK(std::abs(g.zero - c.zero) <= 0.02);
+      CHECK(std::abs(g.subnormal - c.subnormal) <= 0.02);
+      CHECK(g.scale == doctest::Approx(c.scale).epsilon(c.kind == "fp8" ? 0.1 : 0.0));
+    }
+  }
 }
 
 // cuBLASLt's FP8 kernels (every dimension a multiple of 16) against the host's emulation; the MLP case above
@@ -147,6 +215,34 @@ TEST_CASE("cuda: an overflowing step is skipped on the device, bit for bit, and 
   CHECK(s.scale == 32768.0f);
   CHECK(s.skipped == 1);
   CHECK(opt.applied_steps() == 1);
+}
+
+TEST_CASE("cuda: the first parameter with an inf/NaN gradient is found on the device, as on the host") {
+  AMP_REQUIRE_GPU();
+  const auto x = random_values<float>(8 * 20, 6);
+  const std::vector<std::int32_t> labels = {0, 1, 2, 3, 4, 0, 1, 2};
+  const auto first_bad = [&]<class B>(Context<B>& ctx) {
+    Mlp<amp::O2Policy, B> m(ctx, {.max_batch = 8, .seed = 7, .numerics_every = 1000},
+                            {.in_features = 20, .out_features = 24}, {.in_features = 24, .out_features = 5});
+    amp::optim::SGD<amp::O2Policy, B> opt(m.parameters(), {.lr = 0.1f});
+    amp::Buffer<float, B> dx(ctx, x.size(), amp::memory_kind::activations);
+    amp::Buffer<std::int32_t, B> dl(ctx, labels.size(), amp::memory_kind::activations);
+    amp::upload(ctx, dx.span(), x);
+    amp::upload(ctx, dl.span(), labels);
+    auto loss = nn::cross_entropy(ctx, m.forward(ctx, amp::TensorView<const float>(dx.data(), amp::Shape{8, 20})),
+                                  amp::Span<const std::int32_t>(dl.span()));
+    opt.zero_grad();
+    amp::scale_loss(loss, opt).backward();
+    const auto& p = m.parameters().table()[2];  // 1.weight, its last element
+    const amp::half inf = amp::cast<amp::half>(std::numeric_limits<float>::infinity());
+    amp::upload(ctx, m.parameters().template arena<nn::role::weight>().grads().subspan(p.offset + p.count - 1, 1), &inf, 1);
+    opt.step();
+    return amp::download_one(ctx, static_cast<const std::int32_t*>(m.parameters().numerics().first_nonfinite()));
+  };
+  Context<amp::cuda> gpu;
+  Context<amp::host> cpu;
+  CHECK(first_bad(gpu) == 2);
+  CHECK(first_bad(cpu) == 2);
 }
 
 TEST_CASE("cuda: one scaler, two optimizers: an overflow skips only its optimizer, on the device") {

@@ -224,6 +224,7 @@ struct RecordingCollective final : Collective<host> {
   int size() const override { return 2; }
   void all_reduce_sum(Context<host>&, void*, std::size_t, element) override { calls += 'A'; }
   void start_all_reduce_sum(Context<host>&, void*, std::size_t, element) override { calls += 'A'; }
+  void start_all_reduce_max(Context<host>&, float*, std::size_t) override { calls += 'M'; }
   void finish(Context<host>&) override {}
   void start_reduce_sum(Context<host>&, void*, std::size_t, element, int) override { calls += 'R'; }
   void group_start() override { calls += '('; }
@@ -252,7 +253,7 @@ TEST_CASE("ZeRO-1: each bucket's reduces and the shards' broadcasts go out as on
   opt.zero_grad();
   scale_loss(loss, opt).backward();
   opt.step();
-  // Every reduce inside a group, a group per bucket; then a group of broadcasts per role's arena (no norms here: empty).
+  // Every reduce inside a group, a group per bucket; then a group of broadcasts per role's arena that has elements.
   std::string reduces, broadcasts;
   std::size_t groups = 0;
   for (std::size_t i = comm.calls.find('('); i != std::string::npos; i = comm.calls.find('(', i + 1)) {
@@ -265,9 +266,40 @@ TEST_CASE("ZeRO-1: each bucket's reduces and the shards' broadcasts go out as on
     (inside[0] == 'R' ? reduces : broadcasts) += inside;
   }
   CHECK(ddp.buckets() > 1);
-  CHECK(groups == ddp.buckets() + 2);
+  CHECK(groups == ddp.buckets() + 1);  // the weights' broadcasts; the empty norm and fp32 roles send nothing
   CHECK(std::count(comm.calls.begin(), comm.calls.end(), 'R') == static_cast<long>(reduces.size()));
   CHECK(std::count(comm.calls.begin(), comm.calls.end(), 'B') == static_cast<long>(broadcasts.size()));
   CHECK(broadcasts == "BB");  // the two ranks' shards of the weights
   CHECK(reduces.size() >= ddp.buckets());
+}
+
+namespace {
+template <class P, class B>
+using KeptLinear = nn::Linear<KeepFp32<P>, B>;
+}  // namespace
+
+TEST_CASE("ZeRO-1 with a head kept in fp32: its role is bucketed, reduced and its shards broadcast") {
+  using P = O2Policy;
+  Context<host> ctx(1);
+  nn::Sequential<P, host, nn::Linear, nn::ReLU, KeptLinear> net(
+      ctx, {.max_batch = 8, .seed = 5, .shard = {0, 2}}, {.in_features = 8, .out_features = 64}, {},
+      {.in_features = 64, .out_features = 3});
+  const auto& head = net.parameters().arena<nn::role::fp32>();
+  REQUIRE(head.count() == 384);  // 3 x 64 and 3, in 128-element blocks
+  CHECK(head.shard_count() < head.count());
+  CHECK(head.master().size == 0);  // fp32 values are their own master
+  optim::SGD<P, host> opt(net.parameters(), {.lr = 0.01f});
+  RecordingCollective comm;
+  parallel::DataParallel ddp(comm, opt, {.bucket_bytes = 512, .zero = 1});
+  const auto x = random_values<float>(8 * 8, 3);
+  const std::vector<std::int32_t> labels{0, 1, 2, 0, 1, 2, 0, 1};
+  comm.calls.clear();
+  auto loss = nn::cross_entropy(ctx, net.forward(ctx, matrix<const float>(x.data(), 8, 8)), Span<const std::int32_t>(labels.data(), labels.size()));
+  opt.zero_grad();
+  scale_loss(loss, opt).backward();
+  opt.step();
+  CHECK(opt.applied_steps() == 1);
+  // The last groups: the weights' two shards, then the fp32 head's two.
+  CHECK(comm.calls.substr(comm.calls.size() - 8) == "(BB)(BB)");
+  CHECK(ddp.bytes_per_step() == 2 * net.parameters().arena<nn::role::weight>().count() + 4 * head.count());
 }

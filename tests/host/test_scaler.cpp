@@ -34,7 +34,7 @@ TEST_CASE("policies pick their scaler at compile time") {
   static_assert(default_scaler_config<O3Policy>().init_scale == 1.0f);
   constexpr ScalerConfig d{};
   static_assert(d.growth_factor == 2.0f && d.backoff_factor == 0.5f && d.growth_interval == 2000 &&
-                d.max_scale == 16777216.0f && d.hysteresis == 1);
+                d.max_scale == 16777216.0f && d.hysteresis == 1 && d.consecutive_hysteresis);
   Context<host> ctx;
   CHECK(StaticLossScaler<host>(ctx, {.init_scale = 128.0f}).stats().scale == 128.0f);
   CHECK(NoLossScaler<host>(ctx).stats().scale == 1.0f);
@@ -44,6 +44,8 @@ TEST_CASE("policies pick their scaler at compile time") {
                        Error);
   CHECK_THROWS_WITH_AS((DynamicLossScaler<host>(ctx, {.backoff_factor = 1.5f})), doctest::Contains("backoff_factor"), Error);
   CHECK_THROWS_WITH_AS((DynamicLossScaler<host>(ctx, {.hysteresis = 0})), doctest::Contains("hysteresis >= 1"), Error);
+  CHECK_THROWS_WITH_AS((DynamicLossScaler<host>(ctx, {.growth_factor = 0.5f})), doctest::Contains("growth_factor >= 1"), Error);
+  CHECK(DynamicLossScaler<host>(ctx, {.growth_factor = 1.0f}).stats().scale == 65536.0f);  // Apex's "never grow"
 }
 
 TEST_CASE("inf and NaN gradients: the step is skipped bit for bit and the scale backs off") {
@@ -108,7 +110,7 @@ TEST_CASE("the scale grows after exactly growth_interval clean steps and is capp
   CHECK(capped.scaler().stats().scale == 8388608.0f);
 }
 
-TEST_CASE("hysteresis: back off only after N overflows in a row") {
+TEST_CASE("hysteresis: N-1 overflows tolerated, then a backoff at each until a clean step (Apex)") {
   Context<host> ctx;
   ParamFixture<O1Policy, host> f(ctx, {0.0f});
   optim::SGD<O1Policy, host> opt(*f.params, {.lr = 0.0f},
@@ -120,10 +122,12 @@ TEST_CASE("hysteresis: back off only after N overflows in a row") {
   };
   CHECK(step_with(kInf) == 1024.0f);  // first overflow: skipped, the scale holds
   CHECK(step_with(kInf) == 512.0f);   // second in a row: backoff
-  CHECK(step_with(kInf) == 512.0f);
-  CHECK(step_with(1.0f) == 512.0f);   // a clean step resets the count
-  CHECK(step_with(kInf) == 512.0f);
+  CHECK(step_with(kInf) == 256.0f);   // and at every further one
+  CHECK(opt.scaler().state().hysteresis_left == 0);
+  CHECK(step_with(1.0f) == 256.0f);   // a clean step refills the tracker
+  CHECK(opt.scaler().state().hysteresis_left == 2);
   CHECK(step_with(kInf) == 256.0f);
+  CHECK(step_with(kInf) == 128.0f);
   CHECK(opt.scaler().stats().skipped == 5);
 }
 

@@ -1,11 +1,11 @@
 #pragma once
 // Collective communication among the ranks of a data-parallel job, as the
-// layers below amp::parallel see it: SyncBatchNorm sums its statistics and the
-// gradient reducer sums gradients through this interface, and amp::parallel
-// implements it on MPI (host memory) and NCCL (device memory). Work is ordered
-// like any other op of a context: after what the context has queued, before
-// what it queues next. On the host every call has landed when it returns,
-// except start_all_reduce_sum, which lands at finish().
+// layers below amp::parallel see it: SyncBatchNorm sums its statistics, the
+// gradient reducer sums gradients and takes the maximum of FP8 amaxes through
+// this interface, and amp::parallel implements it on MPI (host memory) and
+// NCCL (device memory). Work is ordered like any other op of a context: after
+// what the context has queued, before what it queues next. On the host every
+// call has landed when it returns, except the start_ calls, which land at finish().
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -51,6 +51,10 @@ class Collective {
   virtual void all_reduce_sum(Context<B>& ctx, void* data, std::size_t count, element type) = 0;
   // The same, started now and landed by finish(): gradient buckets travel while backward goes on.
   virtual void start_all_reduce_sum(Context<B>& ctx, void* data, std::size_t count, element type) = 0;
+  // data[0, count) becomes the maximum over ranks, started now and landed by
+  // finish() (FP8 amaxes travel with the gradients). Exact: every rank gets
+  // the largest rank's bits, whatever the order (no NaN in data).
+  virtual void start_all_reduce_max(Context<B>& ctx, float* data, std::size_t count) = 0;
   // Every started reduction has landed (for the context's next work).
   virtual void finish(Context<B>& ctx) = 0;
   // Lets started reductions progress (engines that move data only inside their calls).

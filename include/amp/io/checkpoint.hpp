@@ -61,6 +61,14 @@ std::string parameter_table(const nn::ParameterStore<P, B>& store) {
   return t.str();
 }
 
+// The layers with FP8 state, in slot order ("0,2,4"; empty without FP8).
+template <Policy P, Backend B>
+std::string fp8_layer_names(const nn::ParameterStore<P, B>& store) {
+  std::string names;
+  for (const auto& l : store.fp8().layers()) names += (names.empty() ? "" : ",") + l.name;
+  return names;
+}
+
 // One role's values of one parameter, with its master copy: raw bytes from backend memory.
 template <class Group, class Store>
 void put_group_tensor(Archive& a, const Store& store, const Group& g, const nn::ParamInfo& p) {
@@ -106,6 +114,16 @@ std::size_t store_index(const Optimizer& opt, const Store& store) {
   return static_cast<std::size_t>(it - stores.begin());
 }
 
+// The optimizer's state buffer k of trained role r of store `slot`.
+template <class Optimizer>
+Span<float> state_of(const Optimizer& opt, nn::role r, int k, std::size_t slot) {
+  Span<float> s;
+  nn::for_each_trained_role([&](auto role) {
+    if (decltype(role)::value == r) s = opt.template state_buffer<decltype(role)::value>(k, slot);
+  });
+  return s;
+}
+
 }  // namespace detail
 
 // Writes model, optimizer (with its scaler) and the caller's extras to `path`,
@@ -121,14 +139,13 @@ void save(const std::string& path, Model& model, Optimizer& opt, const Archive& 
   Archive a;
   std::ostringstream meta;
   meta << "format=" << Archive::version << "\namp_version=" << AMP_VERSION_STRING << "\npolicy=" << policy_name<P>()
-       << "\noptimizer=" << Optimizer::rule_name << "\nscaling=" << static_cast<int>(P::loss_scaling) << "\nparameters=\n"
+       << "\noptimizer=" << Optimizer::rule_name << "\nscaling=" << static_cast<int>(P::loss_scaling)
+       << "\nfp8_layers=" << detail::fp8_layer_names(store) << "\nparameters=\n"
        << detail::parameter_table(store);
   a.put_text("amp.meta", meta.str());
   for (const auto& p : store.table()) {
-    if (p.kind == nn::role::weight) {
-      detail::put_group_tensor(a, store, store.template arena<nn::role::weight>(), p);
-    } else if (p.kind == nn::role::norm) {
-      detail::put_group_tensor(a, store, store.template arena<nn::role::norm>(), p);
+    if (p.kind != nn::role::buffer) {
+      store.with_arena(p.kind, [&](const auto& g) { detail::put_group_tensor(a, store, g, p); });
     } else {
       const auto v = store.get_values(static_cast<int>(&p - store.table().data()));
       a.put("buffer." + p.name, dtype::fp32, detail::dims_of(p.shape), v.data(), v.size());
@@ -137,9 +154,7 @@ void save(const std::string& path, Model& model, Optimizer& opt, const Archive& 
   for (int k = 0; k < Optimizer::state_buffers; ++k)
     for (const auto& p : store.table()) {
       if (p.kind == nn::role::buffer) continue;
-      const Span<float> s = p.kind == nn::role::weight ? opt.template state_buffer<nn::role::weight>(k, slot)
-                                                       : opt.template state_buffer<nn::role::norm>(k, slot);
-      const auto v = store.shard_part_on_root(s, p);
+      const auto v = store.shard_part_on_root(detail::state_of(opt, p.kind, k, slot), p);
       if (writer)
         a.put("optim." + std::to_string(k) + "." + p.name, dtype::fp32, detail::dims_of(p.shape), v.data(), v.size());
     }
@@ -220,7 +235,10 @@ Archive load(const std::string& path, Model& model, Optimizer& opt) {
   }
   // FP8 scaling state: restored into the same policy, else (a conversion) left to start afresh.
   auto& fp8 = store.fp8();
-  const bool fp8_state = same_policy && fp8.operands() > 0 && a.find("fp8.scale");
+  // (and the same FP8 layers: a layer moved out of FP8, NoFp8, would shift every slot; older checkpoints name none)
+  const std::string fp8_layers = detail::meta_value(m, "fp8_layers");
+  const bool fp8_state = same_policy && fp8.operands() > 0 && a.find("fp8.scale") &&
+                         (fp8_layers.empty() || fp8_layers == detail::fp8_layer_names(store));
   for (const char* name : {"fp8.history", "fp8.amax", "fp8.scale", "fp8.position"})
     if (a.find(name)) expected.push_back(name);
   if (fp8_state) {
@@ -267,14 +285,12 @@ Archive load(const std::string& path, Model& model, Optimizer& opt) {
                  master->values<float>().data() + q.begin, q.size());
       return true;
     };
-    const bool restored = p.kind == nn::role::weight ? exact(store.template arena<nn::role::weight>())
-                                                     : exact(store.template arena<nn::role::norm>());
+    const bool restored = store.with_arena(p.kind, exact);
     if (!restored) store.set_values(index, detail::as_fp32(master ? *master : stored));  // a policy conversion
     const nn::Part q = store.part(p);  // ZeRO-1: the elements in this rank's shard
     if (!q.size()) continue;
     for (int k = 0; k < Optimizer::state_buffers; ++k) {
-      const Span<float> s = p.kind == nn::role::weight ? opt.template state_buffer<nn::role::weight>(k, slot)
-                                                       : opt.template state_buffer<nn::role::norm>(k, slot);
+      const Span<float> s = detail::state_of(opt, p.kind, k, slot);
       const auto v = detail::as_fp32(*a.find("optim." + std::to_string(k) + "." + p.name));
       upload(ctx, s.subspan(store.shard_offset(p) + q.begin, q.size()), v.data() + q.begin, q.size());
     }

@@ -1,8 +1,9 @@
 #pragma once
 // The flat arenas of one parameter role: values, gradients, an fp32 master
-// copy exactly when the stored type differs from master_type, and (O1) cast
-// caches of the values in the type a GEMM or a convolution consumes. The
-// role picks the stored type from the policy.
+// copy exactly when the stored type differs from master_type (fp32 weights
+// are their own), and (O1) cast caches of the values in the type a GEMM or a
+// convolution consumes. The role picks the stored type from the policy.
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 
@@ -13,13 +14,34 @@
 namespace amp::nn {
 
 // What a parameter is for; the role picks its stored type from the policy.
-// Buffers are model state that is not trained (BatchNorm's running statistics):
-// fp32, no gradient, saved and exported with the parameters.
-enum class role { weight, norm, buffer };
+// fp32: the weights of a layer kept in fp32 (amp::KeepFp32) in a model that
+// stores weights narrower: fp32 values and gradients, their own master (none
+// apart, also under O3), no cast caches. Buffers are model state that is not
+// trained (BatchNorm's running statistics): fp32, no gradient, saved and
+// exported with the parameters. The trained roles come first.
+enum class role { weight, norm, fp32, buffer };
+inline constexpr std::size_t trained_roles = 3;
 
 inline constexpr const char* role_name(role r) {
-  return r == role::weight ? "weight" : r == role::norm ? "norm" : "buffer";
+  return r == role::weight ? "weight" : r == role::norm ? "norm" : r == role::fp32 ? "fp32" : "buffer";
 }
+
+// f(std::integral_constant<role, R>{}) for each trained role R, in order.
+template <class F>
+constexpr void for_each_trained_role(F&& f) {
+  f(std::integral_constant<role, role::weight>{});
+  f(std::integral_constant<role, role::norm>{});
+  f(std::integral_constant<role, role::fp32>{});
+}
+
+// The role of the weights of a layer of policy Q: its model's weight role when
+// Q stores and differentiates them alike, else fp32.
+template <Policy Q>
+inline constexpr role weight_role_v =
+    std::is_same_v<typename Q::param_type, typename model_policy_t<Q>::param_type> &&
+            std::is_same_v<typename Q::grad_type, typename model_policy_t<Q>::grad_type>
+        ? role::weight
+        : role::fp32;
 template <Policy P, role R>
 struct role_types;
 template <Policy P>
@@ -31,6 +53,11 @@ template <Policy P>
 struct role_types<P, role::norm> {
   using stored = typename P::norm_param_type;
   using grad = typename P::norm_param_type;
+};
+template <Policy P>
+struct role_types<P, role::fp32> {
+  using stored = float;
+  using grad = float;
 };
 template <Policy P>
 struct role_types<P, role::buffer> {
@@ -46,7 +73,7 @@ class RoleArena {
   using grad_type = typename role_types<P, R>::grad;
   using gemm_type = typename P::template compute_type<op::gemm>;
   using conv_type = typename P::template compute_type<op::conv>;
-  static constexpr bool has_master = keeps_master_v<P, stored_type>;
+  static constexpr bool has_master = R != role::fp32 && keeps_master_v<P, stored_type>;
   static_assert(!has_master || std::is_same_v<typename P::master_type, float>, "master copies are fp32");
   // Caches of the values as GEMMs and convolutions consume them (weights only: norms read their values).
   static constexpr bool caches_gemm = R == role::weight && !std::is_same_v<stored_type, gemm_type>;

@@ -15,7 +15,8 @@
 // where a transpose is written (backend/cuda/cast_transposed.cuh), since a row
 // op would scatter the transpose one byte at a time. Both count one launch. Delayed scaling: casts
 // use the scale and combine their amax into the operand's; the optimizer's
-// step folds it into the history and sets the next scale, on the device.
+// step folds it into the history and sets the next scale, on the device
+// (under data parallel, after a maximum of the amaxes over the ranks).
 // Current scaling: each cast first finds its tensor's amax and scale.
 #include <algorithm>
 #include <cstdint>
@@ -307,6 +308,16 @@ class Fp8State {
                    fp8_format<Fw>::max, fp8_format<typename config::backward_type>::max});
       for_each(*ctx_, 1, detail::Fp8AdvanceOp{position_.data(), history});
     }
+  }
+
+  // This iteration's amaxes of every operand, contiguous: what a maximum over
+  // data-parallel ranks combines before step(), so every rank scales alike.
+  // Empty where step() reads none (no FP8; current scaling scales each cast
+  // by its own tensor's amax). Never NaN (a NaN amax is not combined in),
+  // so the maximum does not depend on the order.
+  Span<float> step_amaxes() {
+    if constexpr (active && recipe::delayed) return amax_.span();
+    else return {};
   }
 
   // --- inspection and checkpoints -------------------------------------------

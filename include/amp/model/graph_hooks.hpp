@@ -14,6 +14,12 @@ struct GraphHooks {
   static void allow_overwrite(G& g, const Var<U>& v) {
     g.allow_overwrite(v);
   }
+  // A closure recorded after v's op that reads v's gradient only (the
+  // numerics report's) leaves v as overwritable as it was.
+  template <class G, class U>
+  static void still_overwritable(G& g, const Var<U>& v) {
+    if (g.overwritable_ == v.data) g.allow_overwrite(v);
+  }
   template <class G, class U>
   static void overwrite(G& g, const Var<U>& v, const char* who) {
     g.overwrite(v, who);

@@ -6,6 +6,7 @@
 // sizes every buffer at construction with a planning pass at the largest batch,
 // and copies each input into the graph (values converted to activation_type
 // once, as Apex's O2 casts inputs), so a training step allocates nothing.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "amp/backend/algorithm.hpp"
 #include "amp/model/graph.hpp"
+#include "amp/model/numerics_sites.hpp"
 #include "amp/model/output.hpp"
 #include "amp/model/parameters.hpp"
 
@@ -28,7 +30,7 @@ class Builder {
   explicit Builder(ParameterStore<P, B>& store, std::string prefix = {}) : store_(&store), prefix_(std::move(prefix)) {}
 
   template <role R>
-  Param<R> param(const std::string& name, Shape shape, Init init, bool decay = R == role::weight) {
+  Param<R> param(const std::string& name, Shape shape, Init init, bool decay = R == role::weight || R == role::fp32) {
     return store_->template declare<R>(prefix_ + name, shape, init, decay);
   }
   // The builder of a sub-module: its parameters are named "<name>.<param>".
@@ -68,6 +70,10 @@ struct ModelOptions {
   // ZeRO-1: this process keeps the fp32 masters (and its optimizer the state)
   // of shard `rank` of `ranks` only; train under parallel::DataParallel with zero = 1.
   Shard shard = {};
+  // The numerics report (model/numerics.hpp): every N-th iteration's
+  // statistics of parameters, gradients, layer outputs and FP8 operands,
+  // taken with parameters().numerics().take(); 0: off, nothing runs.
+  int numerics_every = 0;
 };
 
 namespace detail {
@@ -115,8 +121,11 @@ class Model {
       AMP_REQUIRE(!options_.inputs.empty(), "Model: ModelOptions::inputs must give the shape of each input sample");
     }
     store_.allocate(options_.shard);
+    prepare_numerics(store_, options_.numerics_every);
     store_.initialize(options_.seed);
     plan();
+    // The report's reductions of a layer's output (at most the arena's values, at 2 bytes each) allocate nothing later.
+    if (store_.numerics().on()) reserve_reduction<ValueStats>(ctx, std::max(graph_.arena_bytes() / 2, store_.count()));
   }
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -165,6 +174,8 @@ class Model {
     AMP_REQUIRE(o.max_batch > 0, "Model: max_batch must be positive, got ", o.max_batch);
     AMP_REQUIRE(o.forwards_per_iteration >= 1 && o.forwards_per_iteration <= 64,
                 "Model: forwards_per_iteration must be in [1, 64], got ", o.forwards_per_iteration);
+    AMP_REQUIRE(!o.numerics_every || o.shard.ranks == 1, "Model: the numerics report reads whole gradients; under "
+                "ZeRO-1 (a shard of ", o.shard.ranks, " ranks) a rank holds the summed gradients of its shard only");
     return o;
   }
 

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "amp/model/arena.hpp"
 #include "amp/model/fp8_state.hpp"
 #include "amp/model/init.hpp"
+#include "amp/model/numerics.hpp"
 #include "amp/model/shard.hpp"
 #include "amp/policy.hpp"
 #include "amp/tensor.hpp"
@@ -85,7 +87,7 @@ class ParameterStore {
     AMP_REQUIRE(!allocated_, "parameter '", name, "' declared after the model was built");
     AMP_REQUIRE(shape.numel() > 0, "parameter '", name, "' has no elements: shape ", shape.str());
     for (const auto& p : table_) AMP_REQUIRE(p.name != name, "two parameters are named '", name, "'");
-    std::size_t& total = R == role::weight ? weight_count_ : R == role::norm ? norm_count_ : buffer_count_;
+    std::size_t& total = counts_[index(R)];
     const auto count = static_cast<std::size_t>(shape.numel());
     const Param<R> p{total, count, shape, static_cast<int>(table_.size())};
     table_.push_back({std::move(name), shape, R, decay, init, total, count});
@@ -100,12 +102,14 @@ class ParameterStore {
     AMP_REQUIRE(shard.ranks >= 1 && shard.rank >= 0 && shard.rank < shard.ranks, "ParameterStore: shard ", shard.rank,
                 " of ", shard.ranks, " ranks does not exist");
     shard_ = shard;
-    weight_bounds_ = partition(role::weight, weight_count_, shard.ranks);
-    norm_bounds_ = partition(role::norm, norm_count_, shard.ranks);
     const auto r = static_cast<std::size_t>(shard.rank);
-    weights_.allocate(*ctx_, weight_count_, weight_bounds_[r], weight_bounds_[r + 1]);
-    norms_.allocate(*ctx_, norm_count_, norm_bounds_[r], norm_bounds_[r + 1]);
-    buffers_ = Buffer<float, B>(*ctx_, buffer_count_, memory_kind::weights);
+    for_each_trained_role([&](auto k) {
+      constexpr role R = decltype(k)::value;
+      std::vector<std::size_t>& bounds = bounds_[index(R)];
+      bounds = partition(R, counts_[index(R)], shard.ranks);
+      arena<R>().allocate(*ctx_, counts_[index(R)], bounds[r], bounds[r + 1]);
+    });
+    buffers_ = Buffer<float, B>(*ctx_, counts_[index(role::buffer)], memory_kind::weights);
     fill(*ctx_, buffers_.span(), 0.0f);
     fp8_.allocate(*ctx_);
     allocated_ = true;
@@ -129,9 +133,8 @@ class ParameterStore {
   void set_values(int index, const std::vector<float>& v) {
     const ParamInfo& p = table_.at(static_cast<std::size_t>(index));
     AMP_REQUIRE(v.size() == p.count, "parameter '", p.name, "' has ", p.count, " elements, got ", v.size());
-    if (p.kind == role::weight) upload_values(weights_, p, v);
-    else if (p.kind == role::norm) upload_values(norms_, p, v);
-    else upload(*ctx_, buffers_.span().subspan(p.offset, p.count), v);
+    if (p.kind == role::buffer) upload(*ctx_, buffers_.span().subspan(p.offset, p.count), v);
+    else with_arena(p.kind, [&](auto& a) { upload_values(a, p, v); });
     mark_updated();
   }
 
@@ -139,8 +142,7 @@ class ParameterStore {
   // (with ZeRO-1: in its shard), else the stored values.
   std::vector<float> get_values(int index) const {
     const ParamInfo& p = table_.at(static_cast<std::size_t>(index));
-    if (p.kind == role::weight) return download_values(weights_, p);
-    if (p.kind == role::norm) return download_values(norms_, p);
+    if (p.kind != role::buffer) return with_arena(p.kind, [&](const auto& a) { return download_values(a, p); });
     return download(*ctx_, Span<const float>(buffers_.span().subspan(p.offset, p.count)));
   }
 
@@ -153,12 +155,12 @@ class ParameterStore {
   // Rank r's shard of role R: [shard_bounds<R>()[r], shard_bounds<R>()[r + 1]).
   template <role R>
   const std::vector<std::size_t>& shard_bounds() const {
-    return R == role::weight ? weight_bounds_ : norm_bounds_;
+    return bounds_[index(R)];
   }
   // The elements of parameter p in rank r's shard (all of them unsharded; every rank keeps buffers whole).
   Part part(const ParamInfo& p, int r) const {
     if (p.kind == role::buffer) return {0, p.count};
-    return part_in_shard(p.offset, p.count, p.kind == role::weight ? weight_bounds_ : norm_bounds_, r);
+    return part_in_shard(p.offset, p.count, bounds_[index(p.kind)], r);
   }
   Part part(const ParamInfo& p) const { return part(p, shard_.rank); }
   // This rank holds all of p (its masters, state, summed gradient).
@@ -167,7 +169,7 @@ class ParameterStore {
   // (masters, optimizer state): only elements of part(p) are there (unsigned
   // arithmetic: add part(p).begin before indexing).
   std::size_t shard_offset(const ParamInfo& p) const {
-    return p.offset - (p.kind == role::weight ? weights_.shard_begin() : norms_.shard_begin());
+    return p.offset - with_arena(p.kind, [](const auto& a) { return a.shard_begin(); });
   }
   // The ranks' communicator while data parallel shards this store (checkpoints gather through it).
   Collective<B>* shard_collective() const { return shard_collective_; }
@@ -195,22 +197,29 @@ class ParameterStore {
   // rank that keeps it (collective, empty elsewhere); else get_values itself.
   std::vector<float> values_on_root(int index) const {
     const ParamInfo& p = table_.at(static_cast<std::size_t>(index));
-    if (sharded() && p.kind == role::weight && RoleArena<P, B, role::weight>::has_master)
-      return shard_part_on_root(weights_.master(), p);
-    if (sharded() && p.kind == role::norm && RoleArena<P, B, role::norm>::has_master)
-      return shard_part_on_root(norms_.master(), p);
-    return get_values(index);
+    if (!sharded() || p.kind == role::buffer) return get_values(index);
+    return with_arena(p.kind, [&](const auto& a) {
+      if constexpr (std::remove_cvref_t<decltype(a)>::has_master) return shard_part_on_root(a.master(), p);
+      else return get_values(index);
+    });
   }
 
   template <role R>
   RoleArena<P, B, R>& arena() {
-    if constexpr (R == role::weight) return weights_;
-    else return norms_;
+    return std::get<index(R)>(arenas_);
   }
   template <role R>
   const RoleArena<P, B, R>& arena() const {
-    if constexpr (R == role::weight) return weights_;
-    else return norms_;
+    return std::get<index(R)>(arenas_);
+  }
+  // f(arena) on the arena of trained role r, chosen at run time.
+  template <class F>
+  decltype(auto) with_arena(role r, F&& f) {
+    return with_arena_of(*this, r, f);
+  }
+  template <class F>
+  decltype(auto) with_arena(role r, F&& f) const {
+    return with_arena_of(*this, r, f);
   }
 
   template <role R>
@@ -257,13 +266,14 @@ class ParameterStore {
   }
 
   void zero_grad() {
-    fill(*ctx_, weights_.grads(), cast<typename RoleArena<P, B, role::weight>::grad_type>(0.0f));
-    fill(*ctx_, norms_.grads(), cast<typename RoleArena<P, B, role::norm>::grad_type>(0.0f));
+    for_each_trained_role([&](auto k) {
+      auto& a = arena<decltype(k)::value>();
+      fill(*ctx_, a.grads(), cast<typename std::remove_reference_t<decltype(a)>::grad_type>(0.0f));
+    });
   }
   // The values changed (an optimizer step, a load): cast caches are stale.
   void mark_updated() {
-    weights_.mark_updated();
-    norms_.mark_updated();
+    for_each_trained_role([&](auto k) { arena<decltype(k)::value>().mark_updated(); });
     fp8_.mark_updated();
   }
   // The model's work after an optimizer step updated it: FP8 scales from
@@ -271,18 +281,26 @@ class ParameterStore {
   // caches stale (host bookkeeping: again after each replay of a captured step).
   void after_step() {
     fp8_.step();
+    numerics_.end_step();
     ctx_->each_run_on_host([this] { mark_updated(); });
   }
   // FP8 scaling state and weight codes (policies with an fp8 alias; empty otherwise).
   Fp8State<P, B>& fp8() { return fp8_; }
   const Fp8State<P, B>& fp8() const { return fp8_; }
+  // The numerics report (ModelOptions::numerics_every).
+  Numerics<B>& numerics() { return numerics_; }
+  const Numerics<B>& numerics() const { return numerics_; }
   // A layer with weights runs (its weight's index): the order that picks which layers stay out of FP8.
   void visit_layer(int weight_index) {
     if constexpr (uses_fp8_v<P>) fp8_.visit(weight_index);
   }
-  std::uint64_t cast_cache_refreshes() const { return weights_.cache_refreshes(); }
+  std::uint64_t cast_cache_refreshes() const { return arena<role::weight>().cache_refreshes(); }
   // Trained elements, padding included.
-  std::size_t count() const { return weights_.count() + norms_.count(); }
+  std::size_t count() const {
+    std::size_t n = 0;
+    for_each_trained_role([&](auto k) { n += arena<decltype(k)::value>().count(); });
+    return n;
+  }
 
  private:
   template <class Group>
@@ -315,6 +333,15 @@ class ParameterStore {
     return out;
   }
 
+  static constexpr std::size_t index(role r) { return static_cast<std::size_t>(r); }
+  template <class Self, class F>
+  static decltype(auto) with_arena_of(Self& self, role r, F& f) {
+    AMP_REQUIRE(r != role::buffer, "ParameterStore: a buffer has no role arena");
+    if (r == role::weight) return f(self.template arena<role::weight>());
+    if (r == role::norm) return f(self.template arena<role::norm>());
+    return f(self.template arena<role::fp32>());
+  }
+
   std::vector<std::size_t> partition(role R, std::size_t count, int ranks) const {
     std::vector<std::size_t> starts;
     for (const auto& p : table_)
@@ -324,17 +351,17 @@ class ParameterStore {
 
   Context<B>* ctx_;
   std::vector<ParamInfo> table_;
-  std::size_t weight_count_ = 0, norm_count_ = 0, buffer_count_ = 0;
+  std::size_t counts_[trained_roles + 1] = {};  // elements per role, buffers last
   bool allocated_ = false;
   BackwardObserver* observer_ = nullptr;
   GradientWrites writes_;
   Shard shard_;
-  std::vector<std::size_t> weight_bounds_, norm_bounds_;
+  std::vector<std::size_t> bounds_[trained_roles];  // each trained role's shard bounds
   Collective<B>* shard_collective_ = nullptr;
-  RoleArena<P, B, role::weight> weights_;
-  RoleArena<P, B, role::norm> norms_;
+  std::tuple<RoleArena<P, B, role::weight>, RoleArena<P, B, role::norm>, RoleArena<P, B, role::fp32>> arenas_;
   Buffer<float, B> buffers_;
   Fp8State<P, B> fp8_;
+  Numerics<B> numerics_;
 };
 
 }  // namespace amp::nn

@@ -22,6 +22,7 @@
 #include "amp/backend/conv.hpp"
 #include "amp/backend/gemm.hpp"
 #include "amp/model/model.hpp"
+#include "amp/model/numerics_sites.hpp"
 #include "amp/nn/ops.hpp"
 
 namespace amp::nn {
@@ -111,14 +112,21 @@ struct AddTapMajorGradOp {  // grad[i] += dw[tap-major i], one rounding
 
 }  // namespace detail
 
-template <class P, class B>
+// Q may be a layer policy (amp::KeepFp32<P>): the layer takes and returns its
+// model's activations, converted at its boundary (see nn::Linear).
+template <class Q, class B>
 class Conv2d {
-  static_assert(Policy<P> && Backend<B>);
+  static_assert(Policy<Q> && Backend<B>);
 
  public:
-  using T = typename P::activation_type;
-  using G = typename P::template compute_type<op::conv>;
-  using GW = typename P::grad_type;
+  using P = model_policy_t<Q>;            // the model's: its graph, store and activations
+  using X = typename P::activation_type;  // what comes in and goes out
+  using T = typename Q::activation_type;  // what the layer computes between its boundary casts
+  using G = typename Q::template compute_type<op::conv>;
+  using GW = typename Q::grad_type;
+  static constexpr role R = weight_role_v<Q>;
+  static_assert(R == role::weight || (std::is_same_v<typename Q::param_type, float> && std::is_same_v<GW, float>),
+                "Conv2d: a layer policy stores its weights as its model's policy does, or in fp32 (amp::KeepFp32)");
   static_assert(std::is_same_v<T, G> || std::is_same_v<T, float>,
                 "Conv2d: activation_type must be the conv compute type or fp32");
   static_assert(std::is_same_v<GW, G> || std::is_same_v<GW, float>,
@@ -148,12 +156,12 @@ class Conv2d {
     s_.c = cfg.in_channels, s_.k = cfg.out_channels, s_.kernel = cfg.kernel, s_.stride = cfg.stride;
     s_.pad = cfg.padding, s_.dilation = cfg.dilation, s_.act = cfg.act, s_.has_bias = cfg.bias;
     const std::int64_t fan_in = cfg.in_channels * cfg.kernel * cfg.kernel;
-    s_.weight = b.template param<role::weight>("weight", {cfg.out_channels, cfg.in_channels, cfg.kernel, cfg.kernel},
-                                               weight_init(cfg.init, fan_in, cfg.out_channels * cfg.kernel * cfg.kernel));
-    if (cfg.bias) s_.bias = b.template param<role::weight>("bias", {cfg.out_channels}, Init::torch_default(fan_in), false);
+    s_.weight = b.template param<R>("weight", {cfg.out_channels, cfg.in_channels, cfg.kernel, cfg.kernel},
+                                    weight_init(cfg.init, fan_in, cfg.out_channels * cfg.kernel * cfg.kernel));
+    if (cfg.bias) s_.bias = b.template param<R>("bias", {cfg.out_channels}, Init::torch_default(fan_in), false);
   }
 
-  Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
+  Var<X> operator()(Graph<P, B>& g, Var<X> x) const {
     g.require_current(x, "Conv2d '", name_, "'");
     g.params().visit_layer(s_.weight.index);
     AMP_REQUIRE(x.shape.rank() == 4 && x.shape[3] == s_.c, "Conv2d '", name_, "' (", s_.c, " -> ", s_.k,
@@ -161,18 +169,20 @@ class Conv2d {
     const ConvGeometry geo = geometry(x.shape);
     AMP_REQUIRE(geo.ho > 0 && geo.wo > 0, "Conv2d '", name_, "': a ", s_.kernel, "x", s_.kernel, " kernel does not fit ",
                 "the input ", x.shape.str(), " with padding ", s_.pad);
-    return forward(g, s_, geo, x);
+    Var<X> y = to_type<X>(g, forward(g, s_, geo, to_type<T>(g, x)));
+    observe_layer(g, y, name_, "conv");
+    return y;
   }
 
-  Param<role::weight> weight() const { return s_.weight; }
-  Param<role::weight> bias() const { return s_.bias; }
+  Param<R> weight() const { return s_.weight; }
+  Param<R> bias() const { return s_.bias; }
 
  private:
   struct Spec {
     std::int64_t c = 0, k = 0, kernel = 0, stride = 1, pad = 0, dilation = 1;
     activation act = activation::none;
     bool has_bias = false;
-    Param<role::weight> weight, bias;
+    Param<R> weight, bias;
   };
 
   ConvGeometry geometry(const Shape& x) const {
@@ -210,7 +220,7 @@ class Conv2d {
         auto& params = g.params();
         const G* bias = s.has_bias ? params.template as<G>(s.bias).data : nullptr;
         conv_forward(g.context(), geo, x.data, weight.data, bias, pre ? pre : y.data);
-        using C = typename P::template compute_type<op::pointwise>;
+        using C = typename Q::template compute_type<op::pointwise>;
         if (s.act == activation::relu) for_each(g.context(), y.size(), detail::ActivationOp<ReluFn, C, T>{y.data, y.data});
         if (s.act == activation::gelu) for_each(g.context(), y.size(), detail::ActivationOp<GeluFn, C, T>{pre, y.data});
         g.on_backward([=](Graph<P, B>& gb) { library_backward(gb, s, geo, x, y, pre, weight.data); });
@@ -238,7 +248,7 @@ class Conv2d {
     auto& params = g.params();
     const GradOut<T> dx = g.grad_out(x);
     Temporaries<P, B> temp(g);
-    const T* dz = through_activation(g, s.act, y, pre, dy);
+    const T* dz = through_activation<Q>(g, s.act, y, pre, dy);
     const auto count = static_cast<std::size_t>(geo.k * geo.window());
     float* dw = g.template scratch<float>(count);
     float* db = s.has_bias ? g.template scratch<float>(static_cast<std::size_t>(geo.k)) : nullptr;
@@ -259,7 +269,7 @@ class Conv2d {
     auto& ctx = g.context();
     const GradOut<T> dx = g.grad_out(x);
     Temporaries<P, B> temp(g);
-    const T* dz = through_activation(g, s.act, y, pre, dy);
+    const T* dz = through_activation<Q>(g, s.act, y, pre, dy);
     const Matrix<const G> dzg(as_type<G>(g, dz, y.size()), geo.pixels(), geo.k, geo.k);
     auto& params = g.params();
     {

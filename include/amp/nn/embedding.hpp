@@ -18,6 +18,7 @@
 #include "amp/backend/rows.hpp"
 #include "amp/model/init.hpp"
 #include "amp/model/model.hpp"
+#include "amp/model/numerics_sites.hpp"
 #include "amp/nn/ops.hpp"
 #include "amp/model/graph_hooks.hpp"
 
@@ -145,7 +146,9 @@ class Embedding {
                       " at position ", i, " is outside [0, ", s_.vocab, ")");
     }
     g.params().visit_layer(s_.table.index);
-    return forward(g, s_, ids, start);
+    Var<T> y = forward(g, s_, ids, start);
+    observe_layer(g, y, name_, "embedding");
+    return y;
   }
 
   // The tied output projection: h [.., features] -> logits [.., vocab] = h W^T.

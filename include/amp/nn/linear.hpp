@@ -9,6 +9,9 @@
 // one, each cast with its scale (model/fp8_state.hpp) into the layout the
 // FP8 GEMM takes (both operands K-major), the bias gradient summed from dy
 // before quantisation.
+// Its policy may be a layer policy (amp::KeepFp32<P>, amp::NoFp8<P>) in a
+// model of policy P: it takes and returns P's activations, converted at its
+// boundary, and computes and keeps its weights as its own policy says.
 #include <string>
 #include <type_traits>
 
@@ -16,6 +19,7 @@
 #include "amp/core/activation.hpp"
 #include "amp/core/fp8.hpp"
 #include "amp/model/model.hpp"
+#include "amp/model/numerics_sites.hpp"
 #include "amp/nn/ops.hpp"
 #include "amp/model/graph_hooks.hpp"
 
@@ -23,22 +27,28 @@ namespace amp::nn {
 
 // Unconstrained parameters, so the template passes as a template argument to
 // Sequential; the constraints are checked inside.
-template <class P, class B>
+template <class Q, class B>
 class Linear {
-  static_assert(Policy<P> && Backend<B>);
+  static_assert(Policy<Q> && Backend<B>);
 
  public:
-  using T = typename P::activation_type;
-  using G = typename P::template compute_type<op::gemm>;
-  using W = typename P::param_type;
-  using GW = typename P::grad_type;
-  using Fp8 = fp8_config_t<P>;  // used only when uses_fp8_v<P>
+  using P = model_policy_t<Q>;             // the model's: its graph, store and activations
+  using X = typename P::activation_type;   // what comes in and goes out
+  using T = typename Q::activation_type;   // what the layer computes between its boundary casts
+  using G = typename Q::template compute_type<op::gemm>;
+  using GW = typename Q::grad_type;
+  static constexpr role R = weight_role_v<Q>;
+  using Fp8 = fp8_config_t<Q>;  // used only when uses_fp8_v<Q>
   using Fx = typename Fp8::forward_type;
   using Fg = typename Fp8::backward_type;
   static_assert(std::is_same_v<T, G> || std::is_same_v<T, float>,
                 "Linear: activation_type must be the GEMM compute type or fp32");
   static_assert(std::is_same_v<GW, G> || std::is_same_v<GW, float>,
                 "Linear: grad_type must be the GEMM compute type or fp32");
+  static_assert(R == role::weight || (std::is_same_v<typename Q::param_type, float> && std::is_same_v<GW, float>),
+                "Linear: a layer policy stores its weights as its model's policy does, or in fp32 (amp::KeepFp32)");
+  static_assert(!uses_fp8_v<Q> || std::is_same_v<Fp8, fp8_config_t<P>>,
+                "Linear: a layer in FP8 takes its model's FP8 recipe");
 
   struct Config {
     std::int64_t in_features = 0;
@@ -54,30 +64,37 @@ class Linear {
     AMP_REQUIRE(cfg.in_features > 0 && cfg.out_features > 0, "Linear '", name_, "': features must be positive, got ",
                 cfg.in_features, " -> ", cfg.out_features);
     spec_.in = cfg.in_features, spec_.out = cfg.out_features, spec_.act = cfg.act, spec_.has_bias = cfg.bias;
-    spec_.weight = b.template param<role::weight>("weight", {cfg.out_features, cfg.in_features},
-                                                  weight_init(cfg.init, cfg.in_features, cfg.out_features));
+    spec_.weight = b.template param<R>("weight", {cfg.out_features, cfg.in_features},
+                                       weight_init(cfg.init, cfg.in_features, cfg.out_features));
     if (cfg.bias) {
       // PyTorch's bias init, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), but for gpt2's zeros; no weight decay.
       const Init bias_init =
           cfg.init == initializer::gpt2 ? Init::constant(0.0f) : Init::torch_default(cfg.in_features);
-      spec_.bias = b.template param<role::weight>("bias", {cfg.out_features}, bias_init, false);
+      spec_.bias = b.template param<R>("bias", {cfg.out_features}, bias_init, false);
     }
-    spec_.fp8 = b.store().fp8().declare(spec_.weight.index, name_.empty() ? "linear" : name_.substr(0, name_.size() - 1),
-                                        cfg.out_features, cfg.in_features);
+    if constexpr (uses_fp8_v<Q>)
+      spec_.fp8 = b.store().fp8().declare(spec_.weight.index, name_.empty() ? "linear" : name_.substr(0, name_.size() - 1),
+                                          cfg.out_features, cfg.in_features);
   }
 
-  Var<T> operator()(Graph<P, B>& g, Var<T> x) const {
+  Var<X> operator()(Graph<P, B>& g, Var<X> x) const {
     g.require_current(x, "Linear '", name_, "'");
     AMP_REQUIRE(x.shape.rank() >= 1 && x.cols() == spec_.in, "Linear '", name_, "' (", spec_.in, " -> ", spec_.out,
                 "): input ", x.shape.str(), " does not end in ", spec_.in, " features");
-    g.params().visit_layer(spec_.weight.index);
-    if constexpr (uses_fp8_v<P>)
-      if (g.params().fp8().enabled(spec_.fp8)) return forward_fp8(g, spec_, x);
-    return forward(g, spec_, x);
+    g.params().visit_layer(spec_.weight.index);  // a layer out of FP8 keeps its place in the order
+    const Var<T> xt = to_type<T>(g, x);
+    const auto run = [&] {
+      if constexpr (uses_fp8_v<Q>)
+        if (g.params().fp8().enabled(spec_.fp8)) return forward_fp8(g, spec_, xt);
+      return forward(g, spec_, xt);
+    };
+    const Var<X> y = to_type<X>(g, run());
+    observe_layer(g, y, name_, "linear");
+    return y;
   }
 
-  Param<role::weight> weight() const { return spec_.weight; }
-  Param<role::weight> bias() const { return spec_.bias; }
+  Param<R> weight() const { return spec_.weight; }
+  Param<R> bias() const { return spec_.bias; }
   std::int64_t in_features() const { return spec_.in; }
   std::int64_t out_features() const { return spec_.out; }
 
@@ -87,7 +104,7 @@ class Linear {
     std::int64_t in = 0, out = 0;
     activation act = activation::none;
     bool has_bias = false;
-    Param<role::weight> weight, bias;
+    Param<R> weight, bias;
     int fp8 = -1;
   };
 
@@ -111,7 +128,7 @@ class Linear {
     const std::int64_t rows = y.rows();
     const GradOut<T> dx = g.grad_out(x);  // before the temporaries below
     Temporaries<P, B> temp(g);
-    const T* dz = through_activation(g, s.act, y, pre, dy);
+    const T* dz = through_activation<Q>(g, s.act, y, pre, dy);
     const Matrix<const G> dzg(as_type<G>(g, dz, y.size()), rows, s.out, s.out);
     auto& params = g.params();
     GemmEpilogue<GW> ep{.beta = 1.0f};  // parameter gradients accumulate (micro-batches, shared weights)
@@ -159,7 +176,7 @@ class Linear {
     const std::int64_t rows = y.rows();
     const GradOut<T> dx = g.grad_out(x);  // before the temporaries below
     Temporaries<P, B> temp(g);
-    const T* dz = through_activation(g, s.act, y, pre, dy);
+    const T* dz = through_activation<Q>(g, s.act, y, pre, dy);
     const Fp8Meta gm = state.meta(s.fp8, fp8_operand::grad), in = state.meta(s.fp8, fp8_operand::input),
                   wm = state.meta(s.fp8, fp8_operand::weight);
     Fg* dz8 = g.template scratch<Fg>(y.size());

@@ -21,6 +21,7 @@
 
 #include "amp/backend/collective.hpp"
 #include "amp/model/model.hpp"
+#include "amp/model/numerics_sites.hpp"
 #include "amp/nn/norm_ops.hpp"
 
 namespace amp::nn {
@@ -77,7 +78,9 @@ class Norm {
     AMP_REQUIRE(x.shape.rank() >= (batch ? 2 : 1) && x.cols() == s_.features, kind, " '", name_, "' (", s_.features,
                 batch ? " channels" : " features", "): input ", x.shape.str(), " does not end in ", s_.features,
                 batch ? " channels" : "");
-    return forward(g, s_, x);
+    Var<T> y = forward(g, s_, x);
+    observe_layer(g, y, name_, kind);
+    return y;
   }
 
   Param<role::norm> weight() const { return s_.weight; }

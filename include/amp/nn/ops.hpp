@@ -10,6 +10,7 @@
 #include "amp/backend/column_sums.hpp"
 #include "amp/core/activation.hpp"
 #include "amp/model/graph.hpp"
+#include "amp/model/graph_hooks.hpp"
 
 namespace amp::nn {
 
@@ -72,10 +73,11 @@ struct ActivationOp {
   AMP_HOST_DEVICE void operator()(std::size_t i) const { y[i] = cast<T>(round_to<C>(Fn::forward(cast<float>(x[i])))); }
 };
 
-// dx (+)= weight * dy, for ops whose backward passes a gradient through (dx may be dy).
-template <class T>
+// dx (+)= weight * dy, for ops whose backward passes a gradient through (dx may be dy;
+// dy of another type: a cast's backward).
+template <class T, class D = T>
 struct AddGradOp {
-  const T* dy;
+  const D* dy;
   T* dx;
   bool accumulate;
   float weight = 1.0f;
@@ -93,12 +95,13 @@ void column_sums(Graph<P, B>& g, std::int64_t rows, std::int64_t cols, F f, floa
 }
 
 // dL/dz for y = act(z): dy through a fused activation (relu, or gelu from its
-// pre-activation), into graph scratch; dy itself when there is none.
-template <Policy P, Backend B, class T>
+// pre-activation), into graph scratch, in the pointwise compute type of the
+// layer's policy Q; dy itself when there is none.
+template <Policy Q, Policy P, Backend B, class T>
 const T* through_activation(Graph<P, B>& g, activation act, Var<T> y, const T* pre, const T* dy) {
   if (act == activation::none) return dy;
   T* buf = g.template scratch<T>(y.size());
-  using C = typename P::template compute_type<op::pointwise>;
+  using C = typename Q::template compute_type<op::pointwise>;
   if (act == activation::relu)
     for_each(g.context(), y.size(), detail::ActivationGradOp<ReluFn, C, T>{nullptr, y.data, dy, buf, false});
   else
@@ -116,6 +119,28 @@ const U* as_type(Graph<P, B>& g, const T* x, std::size_t n) {
     U* out = g.template scratch<U>(n);
     convert(g.context(), Span<const T>(x, n), Span<U>(out, n));
     return out;
+  }
+}
+
+// x as U on the tape: x itself when it is U, else a copy rounded once, whose
+// gradient flows back to x converted (a layer's boundary under its own policy).
+// Its backward reads dy alone: a fused loss may write over the copy.
+template <class U, Policy P, Backend B, class T>
+Var<U> to_type(Graph<P, B>& g, Var<T> x) {
+  if constexpr (std::is_same_v<U, T>) {
+    return x;
+  } else {
+    Var<U> y = g.template tensor<U>(x.shape, x.id >= 0);
+    convert(g.context(), Span<const T>(x.data, x.size()), y.span());
+    if (x.id >= 0)
+      g.on_backward([=](Graph<P, B>& gb) {
+        const U* dy = gb.grad(y);
+        if (!dy) return;
+        if (const GradOut<T> dx = gb.grad_out(x))
+          for_each(gb.context(), x.size(), detail::AddGradOp<T, U>{dy, dx.data, dx.accumulate});
+      });
+    detail::GraphHooks::allow_overwrite(g, y);
+    return y;
   }
 }
 

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -74,7 +75,7 @@ class FusedOptimizer {
                 options_.accumulation_steps);
     AMP_REQUIRE(options_.max_grad_norm >= 0, "optimizer: max_grad_norm must be >= 0, got ", options_.max_grad_norm);
     ctx_->template require<P>();
-    for (Store* s : stores_) states_.push_back({{*ctx_, *s, options_.groups}, {*ctx_, *s, options_.groups}});
+    for (Store* s : stores_) states_.emplace_back(*ctx_, *s, options_.groups);
     const OptimizerState init{};
     upload(*ctx_, state_.span(), &init, 1);
   }
@@ -173,9 +174,7 @@ class FusedOptimizer {
   // checkpoints: element k is element shard_begin() + k of the role's arena.
   template <nn::role R>
   Span<float> state_buffer(int k, std::size_t store = 0) const {
-    const auto& s = states_.at(store);
-    if constexpr (R == nn::role::weight) return s.weights.state[k].span();
-    else return s.norms.state[k].span();
+    return std::get<static_cast<std::size_t>(R)>(states_.at(store).roles).state[k].span();
   }
 
  private:
@@ -193,10 +192,11 @@ class FusedOptimizer {
                                                          options_.max_grad_norm, inv_acc};
     after_prologue(*ctx_, values_.data(), prologue, [this, r](const auto& launch, auto values) {
       if (amp::optim::detail::known_skip(values)) return;
-      for (std::size_t k = 0; k < states_.size(); ++k) {
-        pass(launch, states_[k].weights, values, r.unscaled ? r.unscaled[2 * k] : nullptr);
-        pass(launch, states_[k].norms, values, r.unscaled ? r.unscaled[2 * k + 1] : nullptr);
-      }
+      for (std::size_t k = 0; k < states_.size(); ++k)
+        std::apply([&](auto&... st) {
+          const float* const* unscaled = r.unscaled ? r.unscaled + nn::trained_roles * k : nullptr;
+          (pass(launch, st, values, unscaled ? unscaled[static_cast<std::size_t>(st.kind)] : nullptr), ...);
+        }, states_[k].roles);
     });
     for_each(*ctx_, 1, amp::optim::detail::AdvanceStateOp{state_.data(), values_.data()});
     if (after_update_) after_update_->after_update();
@@ -206,9 +206,13 @@ class FusedOptimizer {
   // The next step() applies a step (the last micro-batch of an accumulation window).
   bool steps_next() const { return micro_ + 1 >= options_.accumulation_steps; }
 
+  template <nn::role R>
+  using State = RoleState<P, B, R, Rule>;
   struct StoreState {
-    RoleState<P, B, nn::role::weight, Rule> weights;
-    RoleState<P, B, nn::role::norm, Rule> norms;
+    StoreState(Context<B>& ctx, Store& s, const std::vector<ParamGroup>& groups)
+        : roles{State<nn::role::weight>(ctx, s, groups), State<nn::role::norm>(ctx, s, groups),
+                State<nn::role::fp32>(ctx, s, groups)} {}
+    std::tuple<State<nn::role::weight>, State<nn::role::norm>, State<nn::role::fp32>> roles;  // nn::for_each_trained_role's order
   };
 
   static Context<B>& check_stores(const std::vector<Store*>& stores) {

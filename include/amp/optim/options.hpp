@@ -26,6 +26,8 @@ namespace select {
 // Biases and norm parameters: no weight decay (AdamW as GPT-2 is trained).
 inline bool no_decay(const nn::ParamInfo& p) { return !p.decay; }
 inline bool norms(const nn::ParamInfo& p) { return p.kind == nn::role::norm; }
+// The weights of layers kept in fp32 (amp::KeepFp32) in a narrower model.
+inline bool fp32_weights(const nn::ParamInfo& p) { return p.kind == nn::role::fp32; }
 inline std::function<bool(const nn::ParamInfo&)> prefix(std::string s) {
   return [s](const nn::ParamInfo& p) { return p.name.rfind(s, 0) == 0; };
 }

@@ -17,6 +17,7 @@ namespace amp::optim {
 
 template <Policy P, Backend B, nn::role R, class Rule>
 struct RoleState {
+  static constexpr nn::role kind = R;
   using Arena = nn::RoleArena<P, B, R>;
   Arena* arena = nullptr;
   Buffer<float, B> state[2];

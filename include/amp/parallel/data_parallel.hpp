@@ -15,6 +15,14 @@
 //   (learned from the first backward, then checked every step), so on the GPU
 //   communication overlaps the rest of backward.
 // - The 1/ranks average is a factor of the optimizer's gradient coefficient.
+// - FP8 under delayed scaling (Transformer Engine's reduce_amax): the
+//   iteration's amaxes of every operand (inputs, weights, output gradients)
+//   become their maximum over the ranks, one all-reduce per model that
+//   travels with the last gradient buckets, before the step sets the scales
+//   from them: every rank scales alike, as one process with the global batch.
+//   Options::reduce_fp8_amax = false keeps each rank's own. Current scaling
+//   scales each cast by its rank's own tensor (TE reduces those only across
+//   tensor-parallel groups, which amp does not have).
 // - No reduction while gradients are still accumulating: the optimizer's
 //   accumulation_steps does that by itself; a hand-written accumulation loop
 //   wraps its earlier backward passes in no_sync() (PyTorch's name).
@@ -47,6 +55,7 @@ struct DataParallelOptions {
   bool reduce_in_fp32 = false;                       // Apex's allreduce_always_fp32
   bool overlap = true;                               // start buckets during backward
   int zero = 0;                                      // ZeRO stage: 0 (none) or 1 (sharded masters and optimizer state)
+  bool reduce_fp8_amax = true;                       // TE's reduce_amax: FP8 amaxes' maximum over the ranks
 };
 
 namespace detail {
@@ -92,8 +101,7 @@ class DataParallel final : public GradientReducer, public optim::UpdateHook {
     }
     for (std::size_t s = 0; s < opt.stores().size(); ++s) {
       watches_.push_back(std::make_unique<Watch>(*this, *opt.stores()[s]));
-      make_buckets(*watches_.back(), opt.stores()[s]->template arena<nn::role::weight>());
-      make_buckets(*watches_.back(), opt.stores()[s]->template arena<nn::role::norm>());
+      nn::for_each_trained_role([&](auto r) { make_buckets<decltype(r)::value>(*watches_.back()); });
     }
     for (auto& w : watches_) w->store->set_observer(w.get());
     optim::detail::Wiring::attach(opt, this, this);
@@ -128,11 +136,16 @@ class DataParallel final : public GradientReducer, public optim::UpdateHook {
 
   // --- what the optimizer's gradients call ---------------------------------------------------
   // Sums every gradient over the ranks: buckets started during backward land,
-  // the others start now, all in one order that every rank shares.
+  // the others start now, all in one order that every rank shares; with them
+  // the FP8 amaxes' maximum (backward is done: every amax of the step is in).
   void reduce_gradients() override {
     for (auto& w : watches_)
       for (std::size_t b : w->order)
         if (!w->buckets[b].started) start(w->buckets[b]);
+    if (options_.reduce_fp8_amax)
+      for (Store* s : opt_->stores())
+        if (const Span<float> amax = s->fp8().step_amaxes(); amax.size)
+          comm_->start_all_reduce_max(*ctx_, amax.data, amax.size);
     comm_->finish(*ctx_);
     for (auto& w : watches_)
       for (auto& b : w->buckets) land(b);
@@ -151,10 +164,11 @@ class DataParallel final : public GradientReducer, public optim::UpdateHook {
   // ZeRO-1: each rank's updated shard, in the stored type, to every rank.
   void after_update() override {
     if (!zero()) return;
-    for (Store* s : opt_->stores()) {
-      send_shards(s->template arena<nn::role::weight>(), s->template shard_bounds<nn::role::weight>());
-      send_shards(s->template arena<nn::role::norm>(), s->template shard_bounds<nn::role::norm>());
-    }
+    for (Store* s : opt_->stores())
+      nn::for_each_trained_role([&](auto r) {
+        constexpr nn::role R = decltype(r)::value;
+        send_shards(s->template arena<R>(), s->template shard_bounds<R>());
+      });
   }
 
   // --- inspection ------------------------------------------------------------------
@@ -286,13 +300,12 @@ class DataParallel final : public GradientReducer, public optim::UpdateHook {
 
   // Buckets over one role's gradient arena: parameters from the last declared
   // (the first that backward completes) back, cut at about bucket_bytes.
-  template <class Group>
-  void make_buckets(Watch& w, Group& group) {
-    using G = typename Group::grad_type;
+  template <nn::role R>
+  void make_buckets(Watch& w) {
+    auto& group = w.store->template arena<R>();
+    using G = typename std::remove_reference_t<decltype(group)>::grad_type;
     if (group.count() == 0) return;
     const auto& table = w.store->table();
-    constexpr nn::role R = std::is_same_v<Group, nn::RoleArena<policy, backend, nn::role::weight>> ? nn::role::weight
-                                                                                                    : nn::role::norm;
     std::size_t end = group.count();  // the bucket being filled ends here (padding included)
     Bucket b;
     auto close = [&](std::size_t begin) {
@@ -324,6 +337,7 @@ class DataParallel final : public GradientReducer, public optim::UpdateHook {
   template <class Arena>
   void send_shards(Arena& a, const std::vector<std::size_t>& bounds) {
     using S = typename Arena::stored_type;
+    if (a.count() == 0) return;  // an empty role sends nothing
     comm_->group_start();
     for (std::size_t r = 0; r + 1 < bounds.size(); ++r)
       if (bounds[r + 1] > bounds[r])
@@ -331,15 +345,19 @@ class DataParallel final : public GradientReducer, public optim::UpdateHook {
     comm_->group_end();
   }
 
-  // Rank 0's values, masters and buffers to every rank, bit for bit.
+  // Rank 0's values, masters, buffers and FP8 scaling state to every rank, bit for bit.
   void broadcast_parameters() {
     auto send = [&](auto span) {
       if (span.size) comm_->broadcast(*ctx_, span.data, span.size * sizeof(*span.data), 0);
     };
     for (Store* s : opt_->stores()) {
-      auto& w = s->template arena<nn::role::weight>();
-      auto& n = s->template arena<nn::role::norm>();
-      send(w.values()), send(w.master()), send(n.values()), send(n.master()), send(s->buffer_values());
+      nn::for_each_trained_role([&](auto r) {
+        auto& a = s->template arena<decltype(r)::value>();
+        send(a.values()), send(a.master());
+      });
+      send(s->buffer_values());
+      send(s->fp8().history_values()), send(s->fp8().scale_values()), send(s->fp8().position());
+      s->fp8().refresh_inverses();
       s->mark_updated();
     }
   }

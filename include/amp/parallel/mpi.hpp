@@ -109,13 +109,10 @@ class MpiCommunicator final : public Collective<host> {
     });
   }
   void start_all_reduce_sum(Context<host>& ctx, void* data, std::size_t count, element type) override {
-    ctx.issue([this, data, count, type] {
-      each_chunk(data, count, type, [&](void* at, int n) {
-        MPI_Request r;
-        detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, at, n, datatype(type), op(type), comm_, &r), "MPI_Iallreduce");
-        requests_.push_back(r);
-      });
-    });
+    start_all_reduce(ctx, data, count, type, op(type));
+  }
+  void start_all_reduce_max(Context<host>& ctx, float* data, std::size_t count) override {
+    start_all_reduce(ctx, data, count, element::fp32, MPI_MAX);
   }
   void finish(Context<host>& ctx) override {
     ctx.issue([this] {
@@ -167,6 +164,15 @@ class MpiCommunicator final : public Collective<host> {
   }
 
  private:
+  void start_all_reduce(Context<host>& ctx, void* data, std::size_t count, element type, MPI_Op reduction) {
+    ctx.issue([this, data, count, type, reduction] {
+      each_chunk(data, count, type, [&](void* at, int n) {
+        MPI_Request r;
+        detail::mpi_check(MPI_Iallreduce(MPI_IN_PLACE, at, n, datatype(type), reduction, comm_, &r), "MPI_Iallreduce");
+        requests_.push_back(r);
+      });
+    });
+  }
   static MPI_Datatype datatype(element t) { return t == element::fp32 ? MPI_FLOAT : MPI_UINT16_T; }
   MPI_Op op(element t) const { return t == element::fp32 ? MPI_SUM : t == element::fp16 ? sum_fp16_ : sum_bf16_; }
   template <class F>

@@ -61,10 +61,10 @@ class NcclCommunicator final : public Collective<cuda> {
     finish(ctx);
   }
   void start_all_reduce_sum(Context<cuda>& ctx, void* data, std::size_t count, element type) override {
-    after_queued_work(ctx);
-    detail::nccl_check(ncclAllReduce(data, data, count, detail::nccl_type(type), ncclSum, comm_, stream_),
-                       "ncclAllReduce");
-    pending_ = true;
+    start_all_reduce(ctx, data, count, type, ncclSum);
+  }
+  void start_all_reduce_max(Context<cuda>& ctx, float* data, std::size_t count) override {
+    start_all_reduce(ctx, data, count, element::fp32, ncclMax);
   }
   void finish(Context<cuda>& ctx) override {
     if (!pending_) return;
@@ -129,6 +129,12 @@ class NcclCommunicator final : public Collective<cuda> {
   }
 
  private:
+  void start_all_reduce(Context<cuda>& ctx, void* data, std::size_t count, element type, ncclRedOp_t reduction) {
+    after_queued_work(ctx);
+    detail::nccl_check(ncclAllReduce(data, data, count, detail::nccl_type(type), reduction, comm_, stream_),
+                       "ncclAllReduce");
+    pending_ = true;
+  }
   void after_queued_work(Context<cuda>& ctx) {
     AMP_CUDA_CHECK(cudaEventRecord(queued_, ctx.stream()));
     AMP_CUDA_CHECK(cudaStreamWaitEvent(stream_, queued_, 0));

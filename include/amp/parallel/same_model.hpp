@@ -71,8 +71,7 @@ void check_same_values(Collective<B>& comm, Context<B>& ctx, const std::vector<S
       const auto* bytes = reinterpret_cast<const unsigned char*>(host.data());
       for (std::size_t i = 0; i < host.size() * sizeof(host[0]); ++i) hash = fnv1a(hash, bytes[i]);
     };
-    mix(s->template arena<nn::role::weight>().values());
-    mix(s->template arena<nn::role::norm>().values());
+    nn::for_each_trained_role([&](auto r) { mix(s->template arena<decltype(r)::value>().values()); });
     mix(s->buffer_values());
     const auto all = comm.all_gather(static_cast<std::int64_t>(hash));
     for (int r = 1; r < comm.size(); ++r)

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "amp/backend/buffer.hpp"
+#include "amp/backend/tensor_chunks.hpp"
 #include "amp/core/numeric.hpp"
 #include "amp/core/span.hpp"
 
@@ -83,19 +84,6 @@ void grad_stats(Ctx& ctx, Span<const G> grads, GradStats* out) {
 }
 
 namespace detail {
-inline constexpr std::size_t tensor_stats_chunk = std::size_t{1} << 16;
-
-// Tensor t's statistics: its chunks' combined in order.
-struct TensorStatsOp {
-  const GradStats* chunks;
-  const std::uint32_t* first;  // tensor t's chunks: [first[t], first[t + 1])
-  GradStats* out;
-  AMP_HOST_DEVICE void operator()(std::size_t t) const {
-    GradStats s{};
-    for (std::uint32_t k = first[t]; k < first[t + 1]; ++k) s = CombineGradStats{}(s, chunks[k]);
-    out[t] = s;
-  }
-};
 // *total = (first ? nothing : *total) combined with every tensor's, in order.
 struct TotalStatsOp {
   const GradStats* tensors;
@@ -111,10 +99,8 @@ struct TotalStatsOp {
 }  // namespace detail
 
 // The statistics of each tensor of a gradient arena (per-tensor norms) and
-// their total, in three launches however many tensors: every chunk of at most
-// 65536 elements reduced at once (on the GPU CUB's segmented reduction, a
-// block per chunk, so a large tensor spreads over the GPU; on the CPU a
-// thread per chunk), then each tensor's chunks in order, then the tensors in
+// their total, in three launches however many tensors: the chunks, each
+// tensor's chunks in order (backend/tensor_chunks.hpp), then the tensors in
 // order into the total. Deterministic: the chunks depend on the sizes alone.
 template <Backend B>
 class TensorStats {
@@ -122,45 +108,22 @@ class TensorStats {
   TensorStats() = default;
   // Tensor t is elements [offsets[t], offsets[t] + counts[t]) of the span the call reads.
   TensorStats(Context<B>& ctx, const std::vector<std::size_t>& offsets, const std::vector<std::size_t>& counts)
-      : tensors_(offsets.size()) {
-    std::vector<std::size_t> begins, ends;
-    std::vector<std::uint32_t> first{0};
-    for (std::size_t t = 0; t < tensors_; ++t) {
-      for (std::size_t at = 0; at < counts[t]; at += detail::tensor_stats_chunk) {
-        begins.push_back(offsets[t] + at);
-        ends.push_back(offsets[t] + std::min(counts[t], at + detail::tensor_stats_chunk));
-      }
-      first.push_back(static_cast<std::uint32_t>(begins.size()));
-    }
-    chunks_ = begins.size();
-    begins.insert(begins.end(), ends.begin(), ends.end());
-    bounds_ = Buffer<std::size_t, B>(ctx, begins.size(), memory_kind::optimizer);
-    upload(ctx, bounds_.span(), begins);
-    first_ = Buffer<std::uint32_t, B>(ctx, first.size(), memory_kind::optimizer);
-    upload(ctx, first_.span(), first);
-    chunk_stats_ = Buffer<GradStats, B>(ctx, chunks_, memory_kind::optimizer);
-  }
+      : chunks_(ctx, offsets, counts), chunk_stats_(ctx, chunks_.chunks(), memory_kind::optimizer) {}
 
-  std::size_t tensors() const { return tensors_; }
+  std::size_t tensors() const { return chunks_.tensors(); }
 
   // per_tensor[t] = tensor t's statistics; *total = them combined, after
   // (unless first) what it held. Nothing at all without tensors.
   template <class G>
   void operator()(Context<B>& ctx, Span<const G> grads, GradStats* per_tensor, GradStats* total, bool first) const {
-    if (tensors_ == 0) return;
-    GradStats* chunks = chunk_stats_.data();
-    const std::size_t* begins = bounds_.data();
-    const std::size_t* ends = begins + chunks_;
-    segmented_transform_reduce(ctx, chunks_, begins, ends, detail::GradStatsOf<G>{grads.data}, detail::CombineGradStats{},
-                               GradStats{}, chunks);
-    for_each(ctx, tensors_, detail::TensorStatsOp{chunks, first_.data(), per_tensor});
-    for_each(ctx, 1, detail::TotalStatsOp{per_tensor, tensors_, total, first});
+    if (tensors() == 0) return;
+    chunks_.reduce(ctx, detail::GradStatsOf<G>{grads.data}, detail::CombineGradStats{}, GradStats{}, chunk_stats_.data(),
+                   per_tensor);
+    for_each(ctx, 1, detail::TotalStatsOp{per_tensor, tensors(), total, first});
   }
 
  private:
-  std::size_t tensors_ = 0, chunks_ = 0;
-  Buffer<std::size_t, B> bounds_;   // the chunks' begins, then their ends
-  Buffer<std::uint32_t, B> first_;  // per tensor, then one past the last
+  TensorChunks<B> chunks_;
   Buffer<GradStats, B> chunk_stats_;
 };
 

@@ -20,12 +20,14 @@
 // statistics are combined before the verdict (one decision for all ranks).
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "amp/backend/algorithm.hpp"
 #include "amp/backend/buffer.hpp"
+#include "amp/model/numerics_sites.hpp"
 #include "amp/model/parameters.hpp"
 #include "amp/scaling/grad_stats.hpp"
 #include "amp/scaling/step_record.hpp"
@@ -109,14 +111,14 @@ class Gradients {
     for (Store* s : stores) {
       AMP_REQUIRE(!options.per_tensor_norms || !s->sharded(), "optimizer: per_tensor_norms is not available under "
                   "ZeRO-1 (a rank holds the summed gradients of its shard only)");
-      stores_.push_back({s, {}, {}, {}});
-      tensors += describe(*s, stores_.back().weights) + describe(*s, stores_.back().norms);
+      stores_.push_back({s, {}, {}});
+      each_role_of(stores_.back(), [&](auto& r) { tensors += describe(*s, r); });
     }
     if (options.per_tensor_norms) {
       per_tensor_ = Buffer<GradStats, B>(ctx, tensors, memory_kind::optimizer);
       each_role([&](auto& r) { r.tensor_stats = TensorStats<B>(ctx, r.tensors, r.counts); });
     }
-    views_.assign(2 * stores_.size(), nullptr);
+    views_.assign(nn::trained_roles * stores_.size(), nullptr);
     check_now(nullptr);  // sizes the reduction workspace now, not in the loop
     each_role([&](auto& r) { reserve_reduction<GradStats>(ctx, r.count); });  // the fp32 copy's statistics too
     fill(ctx, found_.span(), 0);  // (the gradients written before it are this optimizer's first iteration's)
@@ -136,11 +138,17 @@ class Gradients {
       AMP_REQUIRE(!s.store->sharded() || (reducer_ && reducer_->shards()), "optimizer: the model is built with a "
                   "shard (ZeRO-1, ", s.store->shard().ranks, " ranks): train it under parallel::DataParallel with zero = 1");
     check_now(also);
+    for (const auto& s : stores_) {  // the numerics report, when on (model/numerics.hpp)
+      nn::observe_parameters(*s.store);
+      nn::observe_fp8(*s.store);
+      nn::observe_gradients(*s.store, found_.data());
+    }
   }
 
   // Moves the gradients, divided by *scale (nullptr: 1), into the fp32 copy,
   // adding to what an earlier unscale() of this iteration left there.
   void unscale(const float* scale) {
+    observe_loss_scale(scale);
     each_role([&](auto& r) {
       using G = typename std::remove_reference_t<decltype(r)>::G;
       if (!r.unscaled.data() && r.count) r.unscaled = Buffer<float, B>(*ctx_, r.count, memory_kind::grads);
@@ -160,6 +168,7 @@ class Gradients {
   // What the update consumes, after a check: the scale to divide by (or the
   // fp32 copy, with fresh statistics when the update clips what may have been edited).
   StepRecord record(const float* scale) {
+    observe_loss_scale(scale);
     if (!unscaled_) return {scale, found_.data(), stats_.data(), factor(), nullptr};
     if (options_.clips) restat_unscaled();
     return {nullptr, found_.data(), stats_.data(), 1.0f, views_.data()};
@@ -191,9 +200,11 @@ class Gradients {
       AMP_REQUIRE(p.kind != nn::role::buffer, "Gradients::unscaled(): '", p.name, "' is a buffer and has no gradient");
       AMP_REQUIRE(store.owns(p), "Gradients::unscaled(): '", p.name, "' is not all in this rank's shard (ZeRO-1): rank ",
                   store.shard().rank, " holds the summed gradients of its shard only");
-      const std::size_t begin = p.kind == nn::role::weight ? s.weights.begin : s.norms.begin;
-      auto& r = p.kind == nn::role::weight ? s.weights.unscaled : s.norms.unscaled;
-      return r.span().subspan(p.offset - begin, p.count);
+      Span<float> out;
+      each_role_of(s, [&](auto& r) {
+        if (r.kind == p.kind) out = r.unscaled.span().subspan(p.offset - r.begin, p.count);
+      });
+      return out;
     }
     fail("Gradients::unscaled(): this optimizer does not train that model's parameters");
   }
@@ -207,7 +218,7 @@ class Gradients {
   }
   // The last check's statistics: sum of squares, max |g| and non-finite count (one sync).
   GradStats last_stats() const { return download_one(*ctx_, static_cast<const GradStats*>(stats_.data())); }
-  // Each parameter's gradient norm at the last check (per_tensor_norms): weights, then norms, store by store.
+  // Each parameter's gradient norm at the last check (per_tensor_norms): by role (weights, norms, fp32), store by store.
   std::vector<float> per_tensor_norms() const {
     AMP_REQUIRE(per_tensor_.data(), "per_tensor_norms(): construct the optimizer with per_tensor_norms = true");
     const auto s = download(*ctx_, Span<const GradStats>(per_tensor_.span()));
@@ -223,6 +234,7 @@ class Gradients {
   // The gradients of one role of one store, and their fp32 unscaled copy.
   template <nn::role R>
   struct Role {
+    static constexpr nn::role kind = R;
     using Arena = nn::RoleArena<P, B, R>;
     using G = typename Arena::grad_type;
     Arena* arena = nullptr;
@@ -233,9 +245,8 @@ class Gradients {
     Buffer<float, B> unscaled;
   };
   struct StoreGradients {
-    const Store* store;
-    Role<nn::role::weight> weights;
-    Role<nn::role::norm> norms;
+    Store* store;
+    std::tuple<Role<nn::role::weight>, Role<nn::role::norm>, Role<nn::role::fp32>> roles;  // nn::for_each_trained_role's order
     nn::GradientWrites seen;  // the store's writes when this iteration began
   };
 
@@ -275,7 +286,7 @@ class Gradients {
           first = false;
         }
         tensor += r.tensors.size();
-      } else {
+      } else if (r.count || first) {  // an empty role adds nothing (unless its statistics start the total)
         grad_stats(*ctx_, grads, scratch_.data());
         accumulate(scratch_.data(), first);
       }
@@ -287,10 +298,14 @@ class Gradients {
   void restat_unscaled() {
     bool first = true;
     each_role([&](auto& r) {
+      if (!r.count && !first) return;  // an empty role adds nothing
       grad_stats(*ctx_, Span<const float>(r.unscaled.data(), r.unscaled.data() ? r.count : 0), scratch_.data());
       accumulate(scratch_.data(), first);
     });
     if (reducer_) reducer_->combine_stats(stats_.data());
+  }
+  void observe_loss_scale(const float* scale) {
+    for (const auto& s : stores_) s.store->numerics().observe_loss_scale(scale);
   }
   float factor() const { return reducer_ ? reducer_->gradient_factor() : 1.0f; }
 
@@ -303,11 +318,12 @@ class Gradients {
     return r.tensors.size();
   }
   template <class F>
+  static void each_role_of(StoreGradients& s, F&& f) {
+    std::apply([&](auto&... r) { (f(r), ...); }, s.roles);
+  }
+  template <class F>
   void each_role(F&& f) {
-    for (auto& s : stores_) {
-      f(s.weights);
-      f(s.norms);
-    }
+    for (auto& s : stores_) each_role_of(s, f);
   }
   void accumulate(const GradStats* from, bool& first) {
     for_each(*ctx_, 1, amp::detail::AddGradStatsOp{stats_.data(), from, first});

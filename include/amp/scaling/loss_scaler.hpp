@@ -34,14 +34,19 @@ namespace amp {
 
 struct ScalerConfig {
   float init_scale = 65536.0f;    // 2^16, as Apex and PyTorch
-  float growth_factor = 2.0f;
+  float growth_factor = 2.0f;     // 1: the scale never grows (Apex accepts it)
   float backoff_factor = 0.5f;
   int growth_interval = 2000;     // clean steps before the scale grows
   float max_scale = 16777216.0f;  // 2^24
   float min_scale = 1.0f;         // the floor: backoff never goes below it
-  // Back off only after this many overflows in a row (Apex/Megatron/DeepSpeed
-  // hysteresis); 1 is PyTorch's rule: at every overflow.
+  // Hysteresis h: after each refill of the tracker (to h), h-1 overflows only
+  // skip their step; every further one backs the scale off as well. 1 is
+  // PyTorch's GradScaler: every overflow backs off.
   int hysteresis = 1;
+  // When the tracker is refilled. true: at every clean step (Apex's
+  // csrc/update_scale_hysteresis.cu; DeepSpeed's consecutive_hysteresis=True).
+  // false: only when the scale grows (Megatron's DynamicGradScaler; DeepSpeed's default).
+  bool consecutive_hysteresis = true;
   // This many skipped steps in a row is a divergence (NaN loss, or overflow at
   // the floor), reported as an error instead of skipping forever.
   int max_consecutive_skips = 32;
@@ -51,7 +56,7 @@ struct ScalerConfig {
 struct ScalerState {
   float scale = 1.0f;
   int growth_tracker = 0;     // clean steps since the last change
-  int hysteresis_left = 1;    // overflows left before the next backoff
+  int hysteresis_left = 1;    // the hysteresis tracker; at 0 every overflow backs off
   int consecutive_skips = 0;
   int found_inf = 0;          // this iteration's verdict
   long long steps = 0;
@@ -77,18 +82,20 @@ struct UpdateScaleOp {
       ++s->consecutive_skips;
       s->growth_tracker = 0;
       if constexpr (Mode == scaling::dynamic) {
-        if (--s->hysteresis_left <= 0) {
+        // Apex and Megatron count on below 0; stopping at 0 makes the same decisions.
+        if (s->hysteresis_left > 0) --s->hysteresis_left;
+        if (s->hysteresis_left <= 0) {
           const float next = s->scale * cfg.backoff_factor;
           s->scale = next < cfg.min_scale ? cfg.min_scale : next;
-          s->hysteresis_left = cfg.hysteresis;
         }
       }
     } else {
       s->consecutive_skips = 0;
-      s->hysteresis_left = cfg.hysteresis;  // the overflows must be consecutive
       if constexpr (Mode == scaling::dynamic) {
+        if (cfg.consecutive_hysteresis) s->hysteresis_left = cfg.hysteresis;
         if (++s->growth_tracker >= cfg.growth_interval) {
           s->growth_tracker = 0;
+          s->hysteresis_left = cfg.hysteresis;  // both rules refill at growth
           const float next = s->scale * cfg.growth_factor;
           if (is_finite(next)) s->scale = next > cfg.max_scale ? cfg.max_scale : next;  // else keep it, as PyTorch
         }
@@ -221,9 +228,9 @@ class LossScaler {
                     cfg.max_scale >= cfg.min_scale && cfg.init_scale >= cfg.min_scale && cfg.init_scale <= cfg.max_scale,
                 "LossScaler: need 0 < min_scale <= init_scale <= max_scale (finite), got min ", cfg.min_scale, ", init ",
                 cfg.init_scale, ", max ", cfg.max_scale);
-    AMP_REQUIRE(cfg.growth_factor > 1 && cfg.backoff_factor > 0 && cfg.backoff_factor < 1 && cfg.growth_interval > 0 &&
+    AMP_REQUIRE(cfg.growth_factor >= 1 && cfg.backoff_factor > 0 && cfg.backoff_factor < 1 && cfg.growth_interval > 0 &&
                     cfg.hysteresis >= 1 && cfg.max_consecutive_skips > 0,
-                "LossScaler: need growth_factor > 1, 0 < backoff_factor < 1, growth_interval > 0, hysteresis >= 1 and "
+                "LossScaler: need growth_factor >= 1, 0 < backoff_factor < 1, growth_interval > 0, hysteresis >= 1 and "
                 "max_consecutive_skips > 0");
     return cfg;
   }

@@ -13,7 +13,7 @@ struct StepRecord {
   const int* found_inf = nullptr;          // this optimizer's verdict
   const GradStats* stats = nullptr;        // of the gradients the update reads
   float factor = 1.0f;                     // data parallel's 1/ranks, not applied yet
-  const float* const* unscaled = nullptr;  // the fp32 copy per store, weights then norms; nullptr: the arenas
+  const float* const* unscaled = nullptr;  // the fp32 copy per store and trained role, in order; nullptr: the arenas
 };
 
 namespace detail {
