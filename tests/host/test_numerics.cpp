@@ -282,3 +282,12 @@ TEST_CASE("the report leaves a Linear head's logits to a fused loss, and a repor
   CHECK_THROWS_WITH_AS(CapturedStep<host>(ctx, fused_step), doctest::Contains("is a reported step"), Error);
   CHECK(opt.applied_steps() == 2);  // the warm-up ran (step 1); the capture of step 2 was refused
 }
+
+TEST_CASE("the report is refused under ZeRO-1, by name, before anything is built") {
+  Context<host> ctx;
+  CHECK_THROWS_WITH_AS(Net<O2Policy>(ctx, {.max_batch = 8, .shard = {0, 2}, .numerics_every = 1},
+                                     {.in_features = 4, .out_features = 16}, {.features = 16}, {},
+                                     {.in_features = 16, .out_features = 16}, {.in_features = 16, .out_features = 3}),
+                       doctest::Contains("under ZeRO-1"), Error);
+  CHECK(ctx.memory().current_total() == 0);
+}
